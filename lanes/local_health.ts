@@ -1,0 +1,103 @@
+/**
+ * The `local_health` lane: loopback or a Unix socket only. Serves readiness, status, the ledger
+ * counters, `/metrics` and the drain operation, from a private reserve the public lane can never
+ * touch.
+ *
+ * @module
+ */
+import type { EdgeServices } from "../src/edge/services.ts";
+import { snapshotLedger } from "../src/ledger/snapshot.ts";
+import { renderMetrics } from "../src/observe/metrics.ts";
+import { failureReply } from "../src/proxy/errors.ts";
+import type { LaneDescriptor } from "../src/server/lane.ts";
+import { jsonReply } from "../src/server/reply.ts";
+
+const READ = ["GET", "HEAD"] as const;
+
+/** Requests in flight on the public lane: the drain gauge. */
+function activeRequests(services: EdgeServices): number {
+  return services.ledger.inUse("public");
+}
+
+/** The local-health lane. */
+export const localHealthLane: LaneDescriptor<EdgeServices> = {
+  name: "local_health",
+  summary: "health, readiness, ledger, metrics and drain; loopback or Unix socket only",
+  reach: "loopback_or_unix",
+  defaults: {
+    reserve: 4,
+    footprint_bytes: 16_384,
+    deadline_ms: 5000,
+    max_connections: 64,
+  },
+  routes: [
+    {
+      path: "/healthz",
+      methods: READ,
+      handle: function localHealth(_context, services) {
+        return jsonReply({ status: services.state.draining ? "draining" : "ok" });
+      },
+    },
+    {
+      path: "/readyz",
+      methods: READ,
+      handle: function readiness(context, services) {
+        if (services.state.draining) return failureReply("draining", context.requestId);
+        if (!services.state.ready) return failureReply("not_ready", context.requestId);
+        return jsonReply({ ready: true });
+      },
+    },
+    {
+      path: "/v1/health",
+      methods: READ,
+      handle: function health(_context, services) {
+        return jsonReply({
+          status: services.state.draining ? "draining" : "ok",
+          ready: services.state.ready,
+          version: services.version,
+          node_id: services.nodeId,
+          uptime_seconds: Math.floor((Date.now() - services.startedAt) / 1000),
+          active_requests: activeRequests(services),
+          tenants: services.tenants().tenants.length,
+        });
+      },
+    },
+    {
+      path: "/v1/ledger",
+      methods: READ,
+      handle: function ledger(context, services) {
+        return jsonReply(snapshotLedger(services.ledger, context.ticket));
+      },
+    },
+    {
+      path: "/metrics",
+      methods: READ,
+      handle: function metrics(context, services) {
+        const text = renderMetrics(
+          snapshotLedger(services.ledger, context.ticket),
+          services.stats,
+          {
+            version: services.version,
+            draining: services.state.draining,
+            ready: services.state.ready,
+            uptimeSeconds: (Date.now() - services.startedAt) / 1000,
+          },
+        );
+        return {
+          status: 200,
+          headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
+          body: text,
+        };
+      },
+    },
+    {
+      path: "/v1/drain",
+      methods: ["POST"],
+      handle: function drain(_context, services) {
+        services.drain();
+        return jsonReply({ draining: true, active_requests: activeRequests(services) }, 202);
+      },
+    },
+  ],
+  drains: false,
+};

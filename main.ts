@@ -1,0 +1,110 @@
+/**
+ * The Portcullis command line.
+ *
+ * ```
+ * portcullis [serve] <config.yaml>   run the gateway (the default verb)
+ * portcullis check <config.yaml>     validate config and tenants, print a summary
+ * portcullis flags <config.yaml>     print the Deno permission flags the config needs
+ * portcullis --version
+ * ```
+ *
+ * Exit status: 0 success, 1 refused (invalid config, permission audit, bind failure), 2 usage.
+ *
+ * @module
+ */
+import denoJson from "./deno.json" with { type: "json" };
+import { LANES } from "./lanes/mod.ts";
+import { auditPermissions } from "./src/boot/audit.ts";
+import { formatFlags, requiredGrants } from "./src/boot/flags.ts";
+import { summarizePlan } from "./src/cli/summary.ts";
+import { loadConfig } from "./src/config/load.ts";
+import { ConfigError, formatProblem } from "./src/config/problems.ts";
+import { BootError, startEdge } from "./src/edge/edge.ts";
+import { planEdge } from "./src/edge/plan.ts";
+
+/** The running version, from deno.json. */
+export const VERSION: string = denoJson.version;
+
+const USAGE = `usage: portcullis [serve] <config.yaml>
+       portcullis check <config.yaml>
+       portcullis flags <config.yaml>
+       portcullis --version`;
+
+/**
+ * Runs the CLI.
+ *
+ * @param args the command-line arguments
+ * @returns the exit status
+ */
+export async function main(args: readonly string[]): Promise<number> {
+  const [first, ...rest] = args;
+  if (first === "--version" || first === "-V") {
+    console.log(`portcullis ${VERSION}`);
+    return 0;
+  }
+  if (first === "--help" || first === "-h") {
+    console.log(USAGE);
+    return 0;
+  }
+  const verbs = ["serve", "check", "flags"];
+  const verb = verbs.includes(first) ? first : "serve";
+  const operands = verbs.includes(first) ? rest : args;
+  if (operands.length !== 1 || operands[0].startsWith("-")) {
+    console.error(
+      `portcullis: ${operands.length === 0 ? "missing config file" : "unexpected arguments"}`,
+    );
+    console.error(USAGE);
+    return 2;
+  }
+  try {
+    return await run(verb, operands[0]);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      for (const problem of error.problems) console.error(`portcullis: ${formatProblem(problem)}`);
+      console.error(`portcullis: ${error.problems.length} problem(s); nothing was started`);
+      return 1;
+    }
+    if (error instanceof BootError) {
+      for (const reason of error.reasons) console.error(`portcullis: ${reason}`);
+      console.error("portcullis: boot refused");
+      return 1;
+    }
+    throw error;
+  }
+}
+
+async function run(verb: string, file: string): Promise<number> {
+  const config = await loadConfig(file);
+  if (verb === "flags") {
+    console.log(formatFlags(requiredGrants(config)));
+    return 0;
+  }
+  const plan = await planEdge(config, LANES);
+  if (verb === "check") {
+    console.log(summarizePlan(plan));
+    return 0;
+  }
+  const audit = auditPermissions(plan.grants);
+  for (const warning of audit.warnings) console.error(`portcullis: warning: ${warning}`);
+  if (audit.refusals.length > 0) {
+    for (const refusal of audit.refusals) console.error(`portcullis: ${refusal}`);
+    console.error(`portcullis: boot refused; run with: deno run ${formatFlags(plan.grants)} ...`);
+    return 1;
+  }
+  const edge = await startEdge(plan, { version: VERSION });
+  const onSignal = () => edge.drain();
+  Deno.addSignalListener("SIGTERM", onSignal);
+  Deno.addSignalListener("SIGINT", onSignal);
+  console.error(
+    `portcullis: ready: node ${config.nodeId}, ${plan.lanes.length} lanes, ` +
+      `${plan.tenants.tenants.length} tenants`,
+  );
+  await edge.finished;
+  Deno.removeSignalListener("SIGTERM", onSignal);
+  Deno.removeSignalListener("SIGINT", onSignal);
+  return 0;
+}
+
+if (import.meta.main) {
+  Deno.exit(await main(Deno.args));
+}

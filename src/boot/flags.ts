@@ -1,0 +1,81 @@
+/**
+ * The permission flags a config needs, derived from the config alone: net for each listener (a
+ * Unix socket is `unix:<path>` plus read and write on the path), read for the config file and the
+ * tenants folder. Nothing else — no env, no run, no ffi, no unscoped anything. The `yaml` parser
+ * looks at two debug variables (`LOG_STREAM`, `LOG_TOKENS`); `--ignore-env` makes those reads
+ * return undefined without granting any environment access.
+ *
+ * @module
+ */
+import { type EdgeConfig, formatAddress } from "../config/load.ts";
+import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
+
+/** One permission the process must hold, and why. */
+export interface Grant {
+  readonly name: "net" | "read" | "write" | "ignore-env";
+  /** The flag value: `host:port`, `unix:/path`, or a path. */
+  readonly value: string;
+  /** Who needs it, for diagnostics: `lane "public" listener`, `config file`, ... */
+  readonly purpose: string;
+}
+
+/**
+ * Lists every grant a config needs, in a stable order.
+ *
+ * @param config the validated config
+ */
+export function requiredGrants(config: EdgeConfig): Grant[] {
+  const grants: Grant[] = [];
+  for (const lane of LANE_NAMES) {
+    const listen = config.lanes[lane]?.listen ?? [];
+    for (const address of listen) {
+      const purpose = `lane "${lane}" listener`;
+      grants.push({ name: "net", value: formatAddress(address), purpose });
+      if (address.kind === "unix") {
+        grants.push({ name: "read", value: address.path, purpose });
+        grants.push({ name: "write", value: address.path, purpose });
+      }
+    }
+  }
+  grants.push({ name: "read", value: config.file, purpose: "config file" });
+  grants.push({ name: "read", value: config.tenantsDir, purpose: "tenants folder" });
+  return [...grants, ...CODE_GRANTS];
+}
+
+/** What the code itself needs whatever the config: nothing but two ignored variable reads. */
+export const CODE_GRANTS: readonly Grant[] = [
+  { name: "ignore-env", value: "LOG_STREAM", purpose: "yaml parser debug switch" },
+  { name: "ignore-env", value: "LOG_TOKENS", purpose: "yaml parser debug switch" },
+];
+
+/** True for grants that give authority (and so are audited); `ignore-env` gives none. */
+export function isAuthority(grant: Grant): grant is Grant & { name: "net" | "read" | "write" } {
+  return grant.name !== "ignore-env";
+}
+
+/**
+ * Renders grants as Deno flags on one line.
+ *
+ * @example
+ * ```ts
+ * import { formatFlags } from "./flags.ts";
+ * formatFlags([
+ *   { name: "net", value: "127.0.0.1:8080", purpose: "lane" },
+ *   { name: "read", value: "config.yaml", purpose: "config file" },
+ * ]); // "--allow-net=127.0.0.1:8080 --allow-read=config.yaml"
+ * ```
+ */
+export function formatFlags(grants: readonly Grant[]): string {
+  const flags: string[] = [];
+  for (const name of ["net", "read", "write", "ignore-env"] as const) {
+    const values = [...new Set(grants.filter((g) => g.name === name).map((g) => g.value))];
+    const flag = name === "ignore-env" ? "--ignore-env" : `--allow-${name}`;
+    if (values.length > 0) flags.push(`${flag}=${values.join(",")}`);
+  }
+  return flags.join(" ");
+}
+
+/** The lanes a config serves, in ledger order. */
+export function configuredLanes(config: EdgeConfig): LaneName[] {
+  return LANE_NAMES.filter((lane) => config.lanes[lane] !== undefined);
+}

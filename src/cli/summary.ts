@@ -1,0 +1,44 @@
+/**
+ * The human summary `check` prints for a valid config.
+ *
+ * @module
+ */
+import { formatFlags } from "../boot/flags.ts";
+import { formatAddress } from "../config/load.ts";
+import type { EdgePlan } from "../edge/plan.ts";
+
+/**
+ * Renders a plan as a few lines: node, lanes with listeners and allowlists, ledger partition,
+ * tenants, and the permission flags.
+ */
+export function summarizePlan<S>(plan: EdgePlan<S>): string {
+  const { config, profile } = plan;
+  const lines = [
+    `portcullis: ${config.file} is valid`,
+    `  node ${config.nodeId}, mode ${config.mode}`,
+  ];
+  for (const lane of plan.lanes) {
+    const name = lane.table.descriptor.name;
+    const p = profile.lanes.find((l) => l.name === name)!;
+    const rate = p.rate ? `, rate ${p.rate.per_second}/s burst ${p.rate.burst}` : "";
+    lines.push(
+      `  lane ${name}: ${lane.listen.map(formatAddress).join(", ")}`,
+      `    routes ${lane.table.paths.join(" ")}${
+        lane.table.descriptor.dataplane ? " + tenants" : ""
+      }`,
+      `    reserve ${p.reserve}, ceiling ${p.maxSlots} slots, footprint ${p.footprint} B, ` +
+        `deadline ${p.deadlineMs} ms, ${p.maxConnections} connections${rate}`,
+    );
+  }
+  lines.push(
+    `  ledger: ${profile.applicationSlots} slots (general pool ${profile.generalPool}), ` +
+      `${profile.inflightBytes} bytes in flight (general ${profile.generalBytes}), ` +
+      `${profile.perConnection} per connection`,
+  );
+  const routes = plan.tenants.tenants.reduce((sum, t) => sum + t.routeCount, 0);
+  lines.push(
+    `  tenants: ${plan.tenants.tenants.length} (${routes} routes) in ${config.tenantsDir}`,
+  );
+  lines.push(`  flags: ${formatFlags(plan.grants)}`);
+  return lines.join("\n");
+}

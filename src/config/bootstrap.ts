@@ -1,0 +1,101 @@
+/**
+ * The bootstrap config (`config.yaml`): read once at start. Unknown keys are errors, so a typo never
+ * silently falls back to a default.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
+
+const TcpListener = v.strictObject({ hostname: IpLiteral, port: Port });
+const UnixListener = v.strictObject({ path: SocketPath });
+
+/** One listener: `{hostname, port}` or `{path}` (a Unix socket). */
+export const Listener = v.lazy((input) =>
+  typeof input === "object" && input !== null && "path" in input ? UnixListener : TcpListener
+);
+
+const LaneListeners = v.strictObject({
+  listen: v.pipe(
+    v.array(Listener, "Expected a list of listeners"),
+    v.minLength(1, "A lane needs at least one listener (leave the lane out to disable it)"),
+  ),
+  /** Narrows the lane's built-in route allowlist to these paths. */
+  allow: v.optional(v.array(Text, "Expected a list of paths")),
+});
+
+const Rate = v.strictObject({
+  per_second: v.pipe(v.number("Expected a number"), v.gtValue(0, "Expected a rate above 0")),
+  burst: wholeNumber(1, 1_000_000),
+});
+
+const LaneLedger = v.strictObject({
+  reserve: v.optional(wholeNumber(0)),
+  max_slots: v.optional(wholeNumber(1)),
+  max_connections: v.optional(wholeNumber(1)),
+  footprint_bytes: v.optional(
+    wholeNumber(1, 0x7fffffff, "a byte count above 0 (zero is an error, never unbounded)"),
+  ),
+  deadline_ms: v.optional(wholeNumber(1, 3_600_000)),
+  rate: v.optional(Rate),
+});
+
+/** The bootstrap config schema. */
+export const BootstrapSchema = v.strictObject({
+  node_id: v.pipe(
+    v.string("Expected text"),
+    v.regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "Expected 1-63 letters, digits, '.', '_' or '-'"),
+  ),
+  mode: v.picklist(
+    ["local"],
+    'Expected "local" (remote mode arrives with the hub client in a later version)',
+  ),
+  tenants_dir: Text,
+  lanes: v.strictObject({
+    public: LaneListeners,
+    local_health: v.optional(LaneListeners),
+    provider_health: v.optional(LaneListeners),
+  }),
+  timeouts: v.optional(
+    v.strictObject({
+      header_ms: v.optional(wholeNumber(100, 600_000), 10_000),
+      idle_ms: v.optional(wholeNumber(100, 3_600_000), 30_000),
+      request_ms: v.optional(wholeNumber(100, 3_600_000), 300_000),
+    }),
+    {},
+  ),
+  limits: v.optional(
+    v.strictObject({
+      header_bytes: v.optional(wholeNumber(1024, 1_048_576), 16_384),
+      headers: v.optional(wholeNumber(1, 10_000), 100),
+      target_bytes: v.optional(wholeNumber(256, 1_048_576), 8192),
+    }),
+    {},
+  ),
+  drain: v.optional(
+    v.strictObject({ timeout_ms: v.optional(wholeNumber(0, 600_000), 30_000) }),
+    {},
+  ),
+  ledger: v.strictObject({
+    application_slots: wholeNumber(1),
+    inflight_bytes: wholeNumber(1),
+    per_connection: wholeNumber(1),
+    lanes: v.optional(
+      v.strictObject({
+        public: v.optional(LaneLedger),
+        local_health: v.optional(LaneLedger),
+        provider_health: v.optional(LaneLedger),
+      }),
+      {},
+    ),
+  }),
+});
+
+/** The bootstrap config as validated (defaults applied, paths as written). */
+export type BootstrapConfig = v.InferOutput<typeof BootstrapSchema>;
+/** One lane's listener settings. */
+export type LaneListenConfig = v.InferOutput<typeof LaneListeners>;
+/** One lane's ledger settings. */
+export type LaneLedgerConfig = v.InferOutput<typeof LaneLedger>;
+/** One listener as written. */
+export type ListenerConfig = { hostname: string; port: number } | { path: string };

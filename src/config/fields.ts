@@ -1,0 +1,39 @@
+/**
+ * Field schemas shared by the bootstrap and tenant files.
+ *
+ * @module
+ */
+import { isIP } from "node:net";
+import * as v from "valibot";
+
+/** A whole number from `min` to `max`. */
+export function wholeNumber(min: number, max = 0x7fffffff, what = "a whole number") {
+  return v.pipe(
+    v.number(`Expected ${what}`),
+    v.integer(`Expected ${what}`),
+    v.minValue(min, `Expected ${what} from ${min} to ${max}`),
+    v.maxValue(max, `Expected ${what} from ${min} to ${max}`),
+  );
+}
+
+/** A TCP port, 1–65535. */
+export const Port = wholeNumber(1, 65535, "a port number");
+
+/** An IPv4 or IPv6 address literal (names are refused: `localhost` may mean two addresses). */
+export const IpLiteral = v.pipe(
+  v.string("Expected an IP address"),
+  v.check(
+    (text) => isIP(text) !== 0,
+    "Expected an IP address literal such as 127.0.0.1 or ::1 (a name like localhost is ambiguous)",
+  ),
+);
+
+/** A Unix socket path that a `--allow-net=unix:` flag can express. */
+export const SocketPath = v.pipe(
+  v.string("Expected a path"),
+  v.minLength(1, "Expected a non-empty path"),
+  v.check((text) => !/[,\0\n]/.test(text), "A socket path cannot hold a comma, NUL or newline"),
+);
+
+/** A non-empty string. */
+export const Text = v.pipe(v.string("Expected text"), v.minLength(1, "Expected non-empty text"));

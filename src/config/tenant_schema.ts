@@ -1,0 +1,116 @@
+/**
+ * The tenant file schema: one YAML file per host in `tenants_dir`, named `<host>.yaml`.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import { Text, wholeNumber } from "./fields.ts";
+
+/** A lower-case DNS name (`.onion` names included); no port, no trailing dot. */
+export const HostName = v.pipe(
+  v.string("Expected a host name"),
+  v.regex(
+    /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/,
+    "Expected a lower-case host name without port (e.g. demo.example)",
+  ),
+);
+
+const HeaderName = v.pipe(
+  v.string(),
+  v.regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, "Expected an HTTP header name"),
+  v.check(
+    (name) => !FRAMING_HEADERS.has(name.toLowerCase()),
+    "The gateway owns this header (framing, connection or request id)",
+  ),
+);
+const HeaderValue = v.pipe(
+  v.string("Expected text"),
+  v.regex(/^[\t\x20-\x7e\x80-\xff]*$/, "A header value cannot hold control characters"),
+);
+
+/** Headers a route may not set: the gateway owns framing, the connection and the request id. */
+export const FRAMING_HEADERS = new Set([
+  "connection",
+  "content-length",
+  "keep-alive",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "x-request-id",
+]);
+
+const Match = v.strictObject({
+  /** Exact path, or a template with whole-segment `{name}` parameters. */
+  path: v.optional(
+    v.pipe(v.string("Expected a path"), v.startsWith("/", "A path starts with '/'")),
+  ),
+  /** Path prefix. */
+  prefix: v.optional(
+    v.pipe(v.string("Expected a path prefix"), v.startsWith("/", "A prefix starts with '/'")),
+  ),
+  methods: v.optional(
+    v.pipe(
+      v.array(
+        v.pipe(v.string(), v.regex(/^[A-Z]{1,20}$/, "Expected an upper-case method such as GET")),
+        "Expected a list of methods",
+      ),
+      v.minLength(1, "List at least one method (or leave methods out to allow all)"),
+    ),
+  ),
+  host: v.optional(HostName),
+});
+
+const Respond = v.strictObject({
+  status: v.optional(wholeNumber(200, 599, "a status"), 200),
+  headers: v.optional(v.record(HeaderName, HeaderValue), {}),
+  body: v.optional(v.string("Expected text")),
+  /** A file, relative to the tenants folder, streamed as the body. */
+  body_file: v.optional(Text),
+});
+
+const Redirect = v.strictObject({
+  status: v.optional(
+    v.picklist([301, 302, 303, 307, 308], "Expected 301, 302, 303, 307 or 308"),
+    302,
+  ),
+  location: v.pipe(
+    v.string("Expected a URL"),
+    v.regex(
+      /^(?:https?:\/\/[^\s/?#]+(?:[/?][^\s]*)?|\/[^\s]*)$/,
+      "Expected an http(s) URL or /path",
+    ),
+  ),
+});
+
+const Route = v.strictObject({
+  name: v.optional(
+    v.pipe(v.string(), v.regex(/^[A-Za-z0-9._-]{1,64}$/, "Expected 1-64 letters, digits, . _ -")),
+  ),
+  match: Match,
+  respond: v.optional(Respond),
+  redirect: v.optional(Redirect),
+  /** Reserved for the proxy action (SOCKS egress); refused with a clear message until then. */
+  proxy: v.optional(v.unknown()),
+});
+
+/** The tenant file schema. */
+export const TenantSchema = v.strictObject({
+  host: HostName,
+  aliases: v.optional(v.array(HostName, "Expected a list of host names"), []),
+  enabled: v.optional(v.boolean("Expected true or false"), true),
+  block_response: v.optional(
+    v.union(
+      [v.picklist(["drop", "timeout"]), wholeNumber(400, 599, "a status")],
+      'Expected a status from 400 to 599, "drop" or "timeout"',
+    ),
+    404,
+  ),
+  routes: v.optional(v.array(Route, "Expected a list of routes"), []),
+});
+
+/** A tenant file as validated. */
+export type TenantDocument = v.InferOutput<typeof TenantSchema>;
+/** One route as validated. */
+export type RouteDocument = TenantDocument["routes"][number];

@@ -1,0 +1,47 @@
+/**
+ * Runs a valibot schema over a parsed YAML file and turns every issue into a located problem.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import type { ConfigProblem } from "./problems.ts";
+import type { YamlFile } from "./yaml_file.ts";
+
+/** The outcome of validating one file. */
+export type Validated<T> = { ok: true; value: T } | { ok: false; problems: ConfigProblem[] };
+
+/**
+ * Validates `source.value` against `schema`, collecting every issue (not only the first).
+ *
+ * @param schema the valibot schema
+ * @param source the parsed file
+ * @returns the typed output, or one problem per issue naming file, field path and value
+ */
+export function validateFile<S extends v.GenericSchema>(
+  schema: S,
+  source: YamlFile,
+): Validated<v.InferOutput<S>> {
+  const result = v.safeParse(schema, source.value, { abortEarly: false });
+  if (result.success) return { ok: true, value: result.output };
+  return { ok: false, problems: result.issues.map((issue) => toProblem(issue, source)) };
+}
+
+function toProblem(issue: v.BaseIssue<unknown>, source: YamlFile): ConfigProblem {
+  const path: (string | number)[] = [];
+  for (const item of issue.path ?? []) {
+    if (typeof item.key === "string" || typeof item.key === "number") path.push(item.key);
+  }
+  const missing = issue.kind === "schema" && issue.input === undefined;
+  return {
+    file: source.file,
+    path,
+    message: missing ? "Required field is missing" : tidy(issue.message),
+    ...(missing ? {} : { value: issue.input }),
+    at: source.locate(path),
+  };
+}
+
+/** valibot's default messages say `Invalid type: Expected number but received "x"`; keep the gist. */
+function tidy(message: string): string {
+  return message.replace(/ but received .*$/, "").replace(/\.$/, "");
+}

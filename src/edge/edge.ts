@@ -1,0 +1,235 @@
+/**
+ * Starting and stopping an edge. Boot order, fail closed at every step:
+ *
+ * 1. create one server object per configured listener, each a closure over its lane;
+ * 2. prove the server objects pairwise distinct;
+ * 3. bind every listener (a failure closes all of them);
+ * 4. prove the bound addresses pairwise non-overlapping;
+ * 5. arm: only now may a connection reach a handler (earlier ones are closed unread).
+ *
+ * Drain stops public admission, waits until no public request is in flight (or the cap), then
+ * closes every listener.
+ *
+ * @module
+ */
+import type http from "node:http";
+import type { AddressInfo } from "node:net";
+import { checkDistinctObjects, checkListeners, type LaneListener } from "../boot/distinct.ts";
+import { clearStaleSocket } from "../boot/unix_socket.ts";
+import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import type { LaneName } from "../ledger/lane.ts";
+import { type Clock, Ledger } from "../ledger/ledger.ts";
+import { ResponseStats } from "../observe/stats.ts";
+import { createLaneServer } from "../server/lane_server.ts";
+import type { EdgePlan } from "./plan.ts";
+import type { EdgeServices, EdgeState } from "./services.ts";
+
+/** Boot refused after planning: a bind failed or a post-bind check did not hold. */
+export class BootError extends Error {
+  /** Every reason, one per line of the message. */
+  readonly reasons: readonly string[];
+
+  /** @param reasons why the boot was refused */
+  constructor(reasons: readonly string[]) {
+    super(reasons.join("\n"));
+    this.name = "BootError";
+    this.reasons = reasons;
+  }
+}
+
+/** Options for {@link startEdge}. */
+export interface EdgeOptions {
+  readonly version: string;
+  /** The ledger's clock (tests inject one). */
+  readonly clock?: Clock;
+  /** Where boot and drain lines go; defaults to stderr. */
+  readonly log?: (line: string) => void;
+}
+
+/** A running edge. */
+export interface Edge {
+  readonly services: EdgeServices;
+  /** Every bound listener, by lane. */
+  readonly listeners: readonly { lane: LaneName; address: string }[];
+  /** Drains (see module doc); resolves when every listener is closed. */
+  drain(): Promise<void>;
+  /** Closes every listener and connection now. */
+  close(): Promise<void>;
+  /** Resolves when the edge has stopped, by drain or close. */
+  readonly finished: Promise<void>;
+}
+
+interface Bound {
+  readonly lane: LaneName;
+  readonly index: number;
+  readonly address: ListenerAddress;
+  readonly server: http.Server;
+}
+
+/**
+ * Boots an edge from a plan.
+ *
+ * @param plan a checked plan (from `planEdge`)
+ * @param options version, clock, log
+ * @throws {BootError} when a listener cannot bind or the bound set is not distinct
+ */
+export async function startEdge(
+  plan: EdgePlan<EdgeServices>,
+  options: EdgeOptions,
+): Promise<Edge> {
+  const log = options.log ?? ((line: string) => console.error(line));
+  const ledger = new Ledger(plan.profile, { clock: options.clock });
+  const state: EdgeState = { ready: false, draining: false };
+  let armed = false;
+  let stopping: Promise<void> | undefined;
+  let resolveFinished!: () => void;
+  const finished = new Promise<void>((resolve) => resolveFinished = resolve);
+  const tenants = plan.tenants;
+
+  const services: EdgeServices = {
+    nodeId: plan.config.nodeId,
+    version: options.version,
+    startedAt: Date.now(),
+    ledger,
+    stats: new ResponseStats(),
+    state,
+    tenants: () => tenants,
+    drain: () => drain(),
+  };
+  const limits = {
+    ...plan.config.timeouts,
+    headerBytes: plan.config.limits.headerBytes,
+    headers: plan.config.limits.headers,
+    targetBytes: plan.config.limits.targetBytes,
+  };
+
+  const bound: Bound[] = plan.lanes.flatMap((lane) =>
+    lane.listen.map((address, index) => ({
+      lane: lane.table.descriptor.name,
+      index,
+      address,
+      server: createLaneServer({ lane: lane.table, services, limits, armed: () => armed }),
+    }))
+  );
+  const objectProblems = checkDistinctObjects(bound);
+  if (objectProblems.length > 0) throw new BootError(objectProblems.map((p) => p.message));
+
+  const listening: Bound[] = [];
+  try {
+    for (const grant of bound) {
+      await listen(grant);
+      listening.push(grant);
+    }
+  } catch (error) {
+    await Promise.all(listening.map((grant) => closeServer(grant)));
+    throw error;
+  }
+  const actual: LaneListener[] = listening.map((grant) => ({
+    lane: grant.lane,
+    index: grant.index,
+    address: boundAddress(grant),
+  }));
+  const overlap = checkListeners(actual);
+  if (overlap.length > 0) {
+    await Promise.all(listening.map((grant) => closeServer(grant)));
+    throw new BootError(overlap.map((p) => p.message));
+  }
+  armed = true;
+  state.ready = true;
+  for (const grant of actual) {
+    log(`portcullis: lane "${grant.lane}" listening on ${formatAddress(grant.address)}`);
+  }
+
+  function drain(): Promise<void> {
+    if (stopping) return stopping;
+    state.draining = true;
+    log("portcullis: draining: public admission stopped");
+    const publicServers = listening.filter((grant) => grant.lane === "public");
+    for (const grant of publicServers) {
+      grant.server.close();
+      grant.server.closeIdleConnections();
+    }
+    stopping = (async () => {
+      const until = Date.now() + plan.config.drainMs;
+      const inFlight = () => ledger.inUse("public");
+      while (inFlight() > 0 && Date.now() < until) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      const left = inFlight();
+      log(`portcullis: drained${left > 0 ? ` with ${left} public requests cut at the cap` : ""}`);
+      await shutdown();
+    })();
+    return stopping;
+  }
+
+  async function shutdown(): Promise<void> {
+    state.ready = false;
+    await Promise.all(listening.map((grant) => closeServer(grant)));
+    resolveFinished();
+  }
+
+  return {
+    services,
+    listeners: actual.map((grant) => ({ lane: grant.lane, address: formatAddress(grant.address) })),
+    drain,
+    close() {
+      if (!stopping) {
+        state.draining = true;
+        stopping = shutdown();
+      }
+      return stopping;
+    },
+    finished,
+  };
+}
+
+async function listen(grant: Bound): Promise<void> {
+  const { address, server, lane } = grant;
+  if (address.kind === "unix") {
+    const busy = await clearStaleSocket(address.path);
+    if (busy) throw new BootError([`Cannot bind lane "${lane}" on unix:${address.path}: ${busy}`]);
+  }
+  await new Promise<void>((resolve, reject) => {
+    const fail = (error: NodeJS.ErrnoException) => {
+      const reason = error.code === "EADDRINUSE"
+        ? "address already in use"
+        : error.code === "EACCES"
+        ? "permission denied by the OS"
+        : error.name === "NotCapable"
+        ? "not granted by --allow-net"
+        : error.message;
+      reject(new BootError([`Cannot bind lane "${lane}" on ${formatAddress(address)}: ${reason}`]));
+    };
+    server.once("error", fail);
+    const ready = () => {
+      server.off("error", fail);
+      resolve();
+    };
+    try {
+      if (address.kind === "unix") server.listen({ path: address.path }, ready);
+      else server.listen({ host: address.hostname, port: address.port, exclusive: true }, ready);
+    } catch (error) {
+      fail(error as NodeJS.ErrnoException);
+    }
+  });
+}
+
+function boundAddress(grant: Bound): ListenerAddress {
+  const info = grant.server.address();
+  if (grant.address.kind === "unix" || info === null || typeof info === "string") {
+    return grant.address;
+  }
+  const { address, port } = info as AddressInfo;
+  return { kind: "tcp", hostname: address, port };
+}
+
+function closeServer(grant: Bound): Promise<void> {
+  return new Promise((resolve) => {
+    const { address } = grant;
+    grant.server.close(async () => {
+      if (address.kind === "unix") await Deno.remove(address.path).catch(() => {});
+      resolve();
+    });
+    grant.server.closeAllConnections();
+  });
+}

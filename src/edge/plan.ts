@@ -1,0 +1,113 @@
+/**
+ * Planning an edge: everything that can be checked before a socket is bound — the ledger profile
+ * (lane defaults merged with the config), the listeners' distinctness and reach, allowlist
+ * narrowing, timeouts, and the tenant set. `check` stops here; `serve` binds what was planned.
+ *
+ * @module
+ */
+import { checkListeners, type LaneListener } from "../boot/distinct.ts";
+import { configuredLanes, type Grant, requiredGrants } from "../boot/flags.ts";
+import type { EdgeConfig, ListenerAddress } from "../config/load.ts";
+import { ConfigError, type ConfigProblem } from "../config/problems.ts";
+import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
+import { type LaneProfileInput, type Profile, validateProfile } from "../ledger/profile.ts";
+import { loadTenants, type TenantRegistry } from "../proxy/tenants.ts";
+import { compileLane, type LaneDescriptor, type LaneTable } from "../server/lane.ts";
+
+/** One lane the edge will serve. */
+export interface PlannedLane<S> {
+  readonly table: LaneTable<S>;
+  readonly listen: readonly ListenerAddress[];
+}
+
+/** Everything `serve` needs, checked. */
+export interface EdgePlan<S> {
+  readonly config: EdgeConfig;
+  readonly profile: Profile;
+  readonly lanes: readonly PlannedLane<S>[];
+  readonly tenants: TenantRegistry;
+  readonly grants: readonly Grant[];
+}
+
+/**
+ * Checks a config against the lanes' rules and loads its tenants.
+ *
+ * @param config the validated bootstrap config
+ * @param descriptors every lane Portcullis has (from `lanes/`)
+ * @returns the plan
+ * @throws {ConfigError} with every problem found in the config and the tenant files
+ */
+export async function planEdge<S>(
+  config: EdgeConfig,
+  descriptors: readonly LaneDescriptor<S>[],
+): Promise<EdgePlan<S>> {
+  const problems: ConfigProblem[] = [];
+  const problem = (path: (string | number)[], value: unknown, message: string) =>
+    problems.push({ file: config.file, path, value, message, at: config.source.locate(path) });
+  const byName = new Map(descriptors.map((d) => [d.name, d]));
+  const enabled = configuredLanes(config);
+
+  const inputs = {} as Record<LaneName, LaneProfileInput>;
+  for (const name of LANE_NAMES) {
+    const descriptor = byName.get(name);
+    if (!descriptor) throw new RangeError(`No descriptor for lane "${name}"`);
+    const on = enabled.includes(name);
+    const given = config.ledger.lanes[name] ?? {};
+    const d = descriptor.defaults;
+    inputs[name] = {
+      enabled: on,
+      reserve: given.reserve ?? (on ? d.reserve : 0),
+      max_slots: given.max_slots,
+      max_connections: given.max_connections ?? d.max_connections,
+      footprint_bytes: given.footprint_bytes ?? d.footprint_bytes,
+      deadline_ms: given.deadline_ms ?? d.deadline_ms,
+      rate: given.rate ?? d.rate,
+      rate_required: d.rate_required,
+    };
+  }
+  const checked = validateProfile({ ...config.ledger, lanes: inputs });
+  if (!checked.ok) {
+    for (const p of checked.problems) problem(["ledger", ...p.path], p.value, p.message);
+  }
+
+  const listeners: LaneListener[] = enabled.flatMap((lane) =>
+    config.lanes[lane]!.listen.map((address, index) => ({ lane, index, address }))
+  );
+  for (const p of checkListeners(listeners)) {
+    const address = config.lanes[p.lane]!.listen[p.index];
+    problem(["lanes", p.lane, "listen", p.index], address, p.message);
+  }
+
+  const lanes: PlannedLane<S>[] = [];
+  for (const name of enabled) {
+    const lane = config.lanes[name]!;
+    const table = compileLane(byName.get(name)!, lane.allow);
+    if ("unknown" in table) {
+      problem(
+        ["lanes", name, "allow"],
+        table.unknown,
+        `Lane "${name}" does not serve these paths; config may narrow a lane, never widen it`,
+      );
+      continue;
+    }
+    lanes.push({ table, listen: lane.listen });
+  }
+
+  if (config.timeouts.headerMs > config.timeouts.requestMs) {
+    problem(
+      ["timeouts", "header_ms"],
+      config.timeouts.headerMs,
+      `The head timeout cannot exceed request_ms (${config.timeouts.requestMs})`,
+    );
+  }
+
+  let tenants: TenantRegistry | undefined;
+  try {
+    tenants = await loadTenants(config.tenantsDir);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    problems.push(...error.problems);
+  }
+  if (problems.length > 0 || !checked.ok || !tenants) throw new ConfigError(problems);
+  return { config, profile: checked.profile, lanes, tenants, grants: requiredGrants(config) };
+}

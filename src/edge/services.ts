@@ -1,0 +1,32 @@
+/**
+ * The runtime objects of one running edge, created at boot and handed to every lane handler. No
+ * module-level state: two edges in one process do not share anything.
+ *
+ * @module
+ */
+import type { Ledger } from "../ledger/ledger.ts";
+import type { ResponseStats } from "../observe/stats.ts";
+import type { TenantRegistry } from "../proxy/tenants.ts";
+
+/** Lifecycle flags of a running edge. */
+export interface EdgeState {
+  /** Every lane is bound, checked and accepting. */
+  ready: boolean;
+  /** Public admission has stopped; the edge exits when in-flight public work is done. */
+  draining: boolean;
+}
+
+/** What lane handlers may use. */
+export interface EdgeServices {
+  readonly nodeId: string;
+  readonly version: string;
+  /** Wall-clock start time (ms since the epoch). */
+  readonly startedAt: number;
+  readonly ledger: Ledger;
+  readonly stats: ResponseStats;
+  readonly state: EdgeState;
+  /** The tenant registry in force. */
+  tenants(): TenantRegistry;
+  /** Starts draining (idempotent); resolves when the edge has stopped. */
+  drain(): Promise<void>;
+}

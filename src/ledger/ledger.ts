@@ -1,0 +1,205 @@
+/**
+ * The ingress ledger: one per process, shared by every lane. Admission happens at handler entry and
+ * returns either a move-only {@link Reservation} or a typed {@link Overload}; nothing queues.
+ *
+ * Slot arithmetic: a protected lane takes from its private reserve first, then borrows from the
+ * general pool up to its ceiling; the public lane draws from the general pool only, so public
+ * overload never converts into protected capacity. Reserve admissions carry pre-carved bytes;
+ * general-pool admissions draw their footprint from the general byte budget.
+ *
+ * @module
+ */
+import { laneIndex, type LaneName } from "./lane.ts";
+import { C, G, LedgerMemory } from "./memory.ts";
+import type { Overload, OverloadKind } from "./overload.ts";
+import type { Profile } from "./profile.ts";
+import { type CompiledRate, compileRate, spendToken } from "./rate_budget.ts";
+import { Reservation, type ReservationOwner } from "./reservation.ts";
+
+/** A monotonic clock in milliseconds. May throw or return NaN when it cannot be read. */
+export type Clock = () => number;
+
+/** Concurrency bookkeeping for one connection (one per accepted socket). */
+export interface ConnectionBudget {
+  /** Requests from this connection currently admitted. */
+  active: number;
+}
+
+/** Options for {@link Ledger}. */
+export interface LedgerOptions {
+  /** Defaults to `performance.timeOrigin + performance.now()`. */
+  readonly clock?: Clock;
+  /** Defaults to fresh, unshared memory with one stripe. */
+  readonly memory?: LedgerMemory;
+}
+
+const defaultClock: Clock = () => performance.timeOrigin + performance.now();
+
+/**
+ * The shared admission ledger.
+ *
+ * @example
+ * ```ts
+ * import { Ledger } from "./ledger.ts";
+ * import { validateProfile } from "./profile.ts";
+ * const lane = { enabled: true, reserve: 0, max_connections: 8, footprint_bytes: 1024, deadline_ms: 1000 };
+ * const off = { ...lane, enabled: false };
+ * const checked = validateProfile({
+ *   application_slots: 1, inflight_bytes: 4096, per_connection: 1,
+ *   lanes: { public: lane, local_health: off, provider_health: off },
+ * });
+ * if (!checked.ok) throw new Error("bad profile");
+ * const ledger = new Ledger(checked.profile);
+ * const ticket = ledger.admit("public");
+ * if (ticket instanceof Error || "overload" in ticket) throw new Error("refused");
+ * ticket.complete();
+ * ledger.snapshot().release_balanced; // true
+ * ```
+ */
+export class Ledger implements ReservationOwner {
+  readonly profile: Profile;
+  readonly memory: LedgerMemory;
+  readonly clock: Clock;
+  readonly #rates: (CompiledRate | undefined)[];
+
+  /**
+   * @param profile a validated profile
+   * @param options clock and memory
+   */
+  constructor(profile: Profile, options: LedgerOptions = {}) {
+    this.profile = profile;
+    this.clock = options.clock ?? defaultClock;
+    this.memory = options.memory ?? LedgerMemory.create();
+    this.#rates = profile.lanes.map((lane) => lane.rate ? compileRate(lane.rate) : undefined);
+  }
+
+  /**
+   * Admits one request on `lane`, or says why not.
+   *
+   * @param lane the lane fixed by the listener that accepted the connection
+   * @param connection the connection's budget (omit for requests not tied to a connection)
+   * @returns a reservation to release exactly once, or a typed overload
+   * @throws {RangeError} when the lane is not enabled (it has no listener)
+   */
+  admit(lane: LaneName, connection?: ConnectionBudget): Reservation | Overload {
+    const index = laneIndex(lane);
+    const profile = this.profile.lanes[index];
+    if (!profile.enabled) throw new RangeError(`Lane "${lane}" is not enabled`);
+    const memory = this.memory;
+
+    let now: number;
+    try {
+      now = this.clock();
+    } catch {
+      now = NaN;
+    }
+    if (!Number.isFinite(now)) return this.#refuse(index, "deadline_exceeded");
+    if (connection && connection.active >= this.profile.perConnection) {
+      return this.#refuse(index, "per_connection_limit");
+    }
+    const rate = this.#rates[index];
+    if (rate) {
+      const waitMs = spendToken(memory.rate, index, rate, now);
+      if (waitMs > 0) return this.#refuse(index, "rate_budget", waitMs);
+    }
+
+    let fromReserve = false;
+    if (profile.reserve > 0 && memory.tryTake(G.reserveUsed(index), 1, profile.reserve)) {
+      fromReserve = true;
+    } else {
+      if (!memory.tryTake(G.generalUsed(index), 1, profile.maxSlots - profile.reserve)) {
+        return this.#refuse(index, "lane_pool_full");
+      }
+      if (!memory.tryTake(G.generalTotal, 1, this.profile.generalPool)) {
+        memory.give(G.generalUsed(index), 1);
+        return this.#refuse(index, "aggregate_full");
+      }
+      if (!memory.tryTake(G.generalBytes, profile.footprint, this.profile.generalBytes)) {
+        memory.give(G.generalTotal, 1);
+        memory.give(G.generalUsed(index), 1);
+        return this.#refuse(index, "byte_budget");
+      }
+    }
+    const inUse = Atomics.add(memory.gauges, G.inUse, 1) + 1;
+    memory.raise(G.highWater, inUse);
+    memory.bump(C.admitted(index));
+    if (connection) connection.active++;
+    return new Reservation(this, lane, index, fromReserve, now + profile.deadlineMs, connection);
+  }
+
+  /** Releases a reservation's slot and bytes; called by {@link Reservation} only. */
+  settle(ticket: Reservation, completed: boolean): void {
+    const memory = this.memory;
+    const index = ticket.laneIndex;
+    if (ticket.fromReserve) {
+      memory.give(G.reserveUsed(index), 1);
+    } else {
+      memory.give(G.generalBytes, this.profile.lanes[index].footprint);
+      memory.give(G.generalTotal, 1);
+      memory.give(G.generalUsed(index), 1);
+    }
+    memory.give(G.inUse, 1);
+    if (ticket.connection) ticket.connection.active--;
+    memory.bump(completed ? C.completed : C.cancelled);
+  }
+
+  /** Counts a release of an already released reservation (a no-op otherwise). */
+  countDoubleRelease(): void {
+    this.memory.bump(C.doubleRelease);
+  }
+
+  /**
+   * Cancels a reservation whose deadline passed before its response headers, counting a
+   * `deadline_exceeded` overload on its lane.
+   */
+  expire(ticket: Reservation): Overload {
+    if (ticket.cancel()) this.memory.bump(C.overload(ticket.laneIndex, "deadline_exceeded"));
+    return { overload: "deadline_exceeded" };
+  }
+
+  /** Reads the clock; NaN when it cannot be read. */
+  now(): number {
+    try {
+      return this.clock();
+    } catch {
+      return NaN;
+    }
+  }
+
+  /** Slots `lane` holds right now (reserve and borrowed). */
+  inUse(lane: LaneName): number {
+    const index = laneIndex(lane);
+    return this.memory.gauge(G.reserveUsed(index)) + this.memory.gauge(G.generalUsed(index));
+  }
+
+  /** Counts a request denied by its lane's route allowlist. */
+  denyRoute(lane: LaneName): void {
+    this.memory.bump(C.deniedRoute(laneIndex(lane)));
+  }
+
+  /**
+   * Accounts an accepted connection against its lane's connection ceiling, before any request
+   * byte is parsed.
+   *
+   * @returns false (and counts the refusal) when the lane is at its ceiling
+   */
+  openConnection(lane: LaneName): boolean {
+    const index = laneIndex(lane);
+    if (this.memory.tryTake(G.connections(index), 1, this.profile.lanes[index].maxConnections)) {
+      this.memory.bump(C.connectionsAccepted(index));
+      return true;
+    }
+    this.memory.bump(C.connectionsRefused(index));
+    return false;
+  }
+
+  /** Returns a connection's place under its lane's ceiling. */
+  closeConnection(lane: LaneName): void {
+    this.memory.give(G.connections(laneIndex(lane)), 1);
+  }
+
+  #refuse(index: number, kind: OverloadKind, retryAfterMs?: number): Overload {
+    this.memory.bump(C.overload(index, kind));
+    return retryAfterMs === undefined ? { overload: kind } : { overload: kind, retryAfterMs };
+  }
+}

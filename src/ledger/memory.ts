@@ -1,0 +1,147 @@
+/**
+ * The ledger's state as fixed-size integer arrays, so that several request workers can share one
+ * ledger through `SharedArrayBuffer`s:
+ *
+ * - **gauges** (`Int32Array`, updated with `Atomics` compare-and-swap): slots in use, bytes in use,
+ *   open connections — the numbers admission decisions depend on;
+ * - **counters** (`Float64Array`, one stripe per worker; each stripe has a single writer, readers
+ *   sum the stripes): admitted, denied, overloads, releases — exact up to 2^53;
+ * - **rate state** (`BigInt64Array`, CAS): each lane's token bucket as one theoretical arrival time.
+ *
+ * @module
+ */
+import { LANE_NAMES } from "./lane.ts";
+import { OVERLOAD_KINDS, type OverloadKind } from "./overload.ts";
+
+const LANE_COUNT = LANE_NAMES.length;
+
+/** Gauge slots per lane. */
+const G_LANE = { reserveUsed: 0, generalUsed: 1, connections: 2 } as const;
+const G_LANE_STRIDE = 3;
+const G_GLOBAL = LANE_COUNT * G_LANE_STRIDE;
+/** Gauge indices. */
+export const G = {
+  reserveUsed: (lane: number) => lane * G_LANE_STRIDE + G_LANE.reserveUsed,
+  generalUsed: (lane: number) => lane * G_LANE_STRIDE + G_LANE.generalUsed,
+  connections: (lane: number) => lane * G_LANE_STRIDE + G_LANE.connections,
+  generalTotal: G_GLOBAL,
+  generalBytes: G_GLOBAL + 1,
+  inUse: G_GLOBAL + 2,
+  highWater: G_GLOBAL + 3,
+  size: G_GLOBAL + 4,
+} as const;
+
+const C_LANE_STRIDE = 4 + OVERLOAD_KINDS.length;
+const C_GLOBAL = LANE_COUNT * C_LANE_STRIDE;
+/** Counter indices within one stripe. */
+export const C = {
+  admitted: (lane: number) => lane * C_LANE_STRIDE,
+  deniedRoute: (lane: number) => lane * C_LANE_STRIDE + 1,
+  connectionsAccepted: (lane: number) => lane * C_LANE_STRIDE + 2,
+  connectionsRefused: (lane: number) => lane * C_LANE_STRIDE + 3,
+  overload: (lane: number, kind: OverloadKind) =>
+    lane * C_LANE_STRIDE + 4 + OVERLOAD_KINDS.indexOf(kind),
+  completed: C_GLOBAL,
+  cancelled: C_GLOBAL + 1,
+  doubleRelease: C_GLOBAL + 2,
+  size: C_GLOBAL + 3,
+} as const;
+
+/** The buffers behind one ledger; hand them to another worker to share the ledger. */
+export interface LedgerBuffers {
+  readonly gauges: SharedArrayBuffer | ArrayBuffer;
+  readonly counters: SharedArrayBuffer | ArrayBuffer;
+  readonly rate: SharedArrayBuffer | ArrayBuffer;
+  readonly stripes: number;
+}
+
+/** Typed views over the ledger buffers, with this worker's counter stripe. */
+export class LedgerMemory {
+  /** Shared gauges; change only through `Atomics`. */
+  readonly gauges: Int32Array;
+  /** All counter stripes. */
+  readonly counters: Float64Array;
+  /** Token-bucket state per lane (theoretical arrival time, microseconds). */
+  readonly rate: BigInt64Array;
+  /** Offset of this worker's stripe in `counters`. */
+  readonly stripe: number;
+  readonly buffers: LedgerBuffers;
+
+  private constructor(buffers: LedgerBuffers, stripe: number) {
+    if (!Number.isInteger(stripe) || stripe < 0 || stripe >= buffers.stripes) {
+      throw new RangeError(`Counter stripe ${stripe} is outside 0..${buffers.stripes - 1}`);
+    }
+    this.buffers = buffers;
+    this.gauges = new Int32Array(buffers.gauges);
+    this.counters = new Float64Array(buffers.counters);
+    this.rate = new BigInt64Array(buffers.rate);
+    this.stripe = stripe * C.size;
+  }
+
+  /**
+   * Allocates fresh ledger memory.
+   *
+   * @param stripes how many workers will write counters (one stripe each)
+   * @param shared back it with `SharedArrayBuffer` (needed only to share across workers)
+   */
+  static create(stripes = 1, shared = false): LedgerMemory {
+    const alloc = (bytes: number) => shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes);
+    return new LedgerMemory({
+      gauges: alloc(G.size * 4),
+      counters: alloc(C.size * 8 * stripes),
+      rate: alloc(LANE_COUNT * 8),
+      stripes,
+    }, 0);
+  }
+
+  /** Views buffers another worker allocated, writing counters to stripe `stripe`. */
+  static attach(buffers: LedgerBuffers, stripe: number): LedgerMemory {
+    return new LedgerMemory(buffers, stripe);
+  }
+
+  /** Adds one to a counter in this worker's stripe. */
+  bump(index: number): void {
+    this.counters[this.stripe + index]++;
+  }
+
+  /** The sum of a counter over every stripe. */
+  total(index: number): number {
+    let sum = 0;
+    for (let offset = 0; offset < this.counters.length; offset += C.size) {
+      sum += this.counters[offset + index];
+    }
+    return sum;
+  }
+
+  /** Takes one unit of gauge `index` if it stays at or under `limit`; false when full. */
+  tryTake(index: number, amount: number, limit: number): boolean {
+    const gauges = this.gauges;
+    for (;;) {
+      const current = Atomics.load(gauges, index);
+      if (current + amount > limit) return false;
+      if (Atomics.compareExchange(gauges, index, current, current + amount) === current) {
+        return true;
+      }
+    }
+  }
+
+  /** Returns `amount` to gauge `index`. */
+  give(index: number, amount: number): void {
+    Atomics.sub(this.gauges, index, amount);
+  }
+
+  /** Reads a gauge. */
+  gauge(index: number): number {
+    return Atomics.load(this.gauges, index);
+  }
+
+  /** Raises gauge `index` to `value` if it is higher. */
+  raise(index: number, value: number): void {
+    const gauges = this.gauges;
+    for (;;) {
+      const current = Atomics.load(gauges, index);
+      if (value <= current) return;
+      if (Atomics.compareExchange(gauges, index, current, value) === current) return;
+    }
+  }
+}

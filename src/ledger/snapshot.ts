@@ -1,0 +1,117 @@
+/**
+ * A point-in-time reading of the ledger, as served by `GET /v1/ledger` and `/metrics`.
+ *
+ * @module
+ */
+import { LANE_NAMES, type LaneName } from "./lane.ts";
+import type { Ledger } from "./ledger.ts";
+import { C, G } from "./memory.ts";
+import { OVERLOAD_KINDS, type OverloadKind } from "./overload.ts";
+import type { Reservation } from "./reservation.ts";
+
+/** One lane's part of a snapshot. */
+export interface LaneSnapshot {
+  enabled: boolean;
+  reserve: number;
+  max_slots: number;
+  footprint_bytes: number;
+  deadline_ms: number;
+  rate: { per_second: number; burst: number } | null;
+  in_use: number;
+  reserve_in_use: number;
+  admitted: number;
+  denied_route: number;
+  overload: Record<OverloadKind, number>;
+  connections: number;
+  max_connections: number;
+  connections_accepted: number;
+  connections_refused: number;
+}
+
+/** The whole ledger at one moment. */
+export interface LedgerSnapshot {
+  lanes: Record<LaneName, LaneSnapshot>;
+  application_slots: number;
+  general_pool: number;
+  general_in_use: number;
+  per_connection: number;
+  inflight_bytes: number;
+  bytes_in_use: number;
+  admitted: number;
+  completed: number;
+  cancelled: number;
+  outstanding: number;
+  double_release: number;
+  high_water_slots: number;
+  /** True when every admitted reservation was released exactly once and none is outstanding. */
+  release_balanced: boolean;
+  /** True when the reading leaves out the request that asked for it. */
+  excludes_observer: boolean;
+}
+
+/**
+ * Reads the ledger.
+ *
+ * @param ledger the ledger to read
+ * @param observer the reservation of the request asking, left out of the reading so an observer
+ *   on a protected lane does not see itself
+ */
+export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSnapshot {
+  const memory = ledger.memory;
+  const self = observer?.live ? observer : undefined;
+  const lanes = {} as Record<LaneName, LaneSnapshot>;
+  let admitted = 0;
+  let bytesInUse = memory.gauge(G.generalBytes);
+  LANE_NAMES.forEach((name, index) => {
+    const profile = ledger.profile.lanes[index];
+    const mine = self?.laneIndex === index ? 1 : 0;
+    const overload = {} as Record<OverloadKind, number>;
+    for (const kind of OVERLOAD_KINDS) overload[kind] = memory.total(C.overload(index, kind));
+    const reserveInUse = memory.gauge(G.reserveUsed(index)) - (mine && self!.fromReserve ? 1 : 0);
+    const inUse = reserveInUse + memory.gauge(G.generalUsed(index)) -
+      (mine && !self!.fromReserve ? 1 : 0);
+    const laneAdmitted = memory.total(C.admitted(index)) - mine;
+    admitted += laneAdmitted;
+    bytesInUse += memory.gauge(G.reserveUsed(index)) * profile.footprint;
+    lanes[name] = {
+      enabled: profile.enabled,
+      reserve: profile.reserve,
+      max_slots: profile.maxSlots,
+      footprint_bytes: profile.footprint,
+      deadline_ms: profile.deadlineMs,
+      rate: profile.rate ? { ...profile.rate } : null,
+      in_use: inUse,
+      reserve_in_use: reserveInUse,
+      admitted: laneAdmitted,
+      denied_route: memory.total(C.deniedRoute(index)),
+      overload,
+      connections: memory.gauge(G.connections(index)),
+      max_connections: profile.maxConnections,
+      connections_accepted: memory.total(C.connectionsAccepted(index)),
+      connections_refused: memory.total(C.connectionsRefused(index)),
+    };
+  });
+  if (self) {
+    bytesInUse -= ledger.profile.lanes[self.laneIndex].footprint;
+  }
+  const completed = memory.total(C.completed);
+  const cancelled = memory.total(C.cancelled);
+  const outstanding = memory.gauge(G.inUse) - (self ? 1 : 0);
+  return {
+    lanes,
+    application_slots: ledger.profile.applicationSlots,
+    general_pool: ledger.profile.generalPool,
+    general_in_use: memory.gauge(G.generalTotal) - (self && !self.fromReserve ? 1 : 0),
+    per_connection: ledger.profile.perConnection,
+    inflight_bytes: ledger.profile.inflightBytes,
+    bytes_in_use: bytesInUse,
+    admitted,
+    completed,
+    cancelled,
+    outstanding,
+    double_release: memory.total(C.doubleRelease),
+    high_water_slots: memory.gauge(G.highWater),
+    release_balanced: completed + cancelled === admitted && outstanding === 0,
+    excludes_observer: self !== undefined,
+  };
+}

@@ -1,0 +1,164 @@
+/**
+ * Prometheus text exposition of the ledger and the lane counters. Counts, gauges and states only:
+ * never payload bytes, client addresses or plain tenant hosts.
+ *
+ * @module
+ */
+import { LANE_NAMES } from "../ledger/lane.ts";
+import { OVERLOAD_KINDS } from "../ledger/overload.ts";
+import type { LedgerSnapshot } from "../ledger/snapshot.ts";
+import { type ResponseStats, STATUS_CLASSES } from "./stats.ts";
+
+/** Edge-level facts rendered beside the ledger. */
+export interface EdgeFacts {
+  readonly version: string;
+  readonly draining: boolean;
+  readonly ready: boolean;
+  readonly uptimeSeconds: number;
+}
+
+/**
+ * Renders the metrics page.
+ *
+ * @param ledger a ledger snapshot
+ * @param stats the response counters
+ * @param facts version and lifecycle state
+ */
+export function renderMetrics(
+  ledger: LedgerSnapshot,
+  stats: ResponseStats,
+  facts: EdgeFacts,
+): string {
+  const out: string[] = [];
+  const family = (
+    name: string,
+    type: "counter" | "gauge",
+    help: string,
+    rows: [string, number][],
+  ) => {
+    out.push(`# HELP portcullis_${name} ${help}`, `# TYPE portcullis_${name} ${type}`);
+    for (const [labels, value] of rows) out.push(`portcullis_${name}${labels} ${value}`);
+  };
+  const perLane = (pick: (lane: (typeof LANE_NAMES)[number]) => number): [string, number][] =>
+    LANE_NAMES.map((lane) => [`{lane="${lane}"}`, pick(lane)]);
+
+  family("build_info", "gauge", "Version of the running gateway.", [[
+    `{version="${facts.version}"}`,
+    1,
+  ]]);
+  family("ready", "gauge", "1 when every lane is bound and accepting.", [[
+    "",
+    facts.ready ? 1 : 0,
+  ]]);
+  family("draining", "gauge", "1 while the gateway drains.", [["", facts.draining ? 1 : 0]]);
+  family("uptime_seconds", "gauge", "Seconds since start.", [[
+    "",
+    Math.floor(facts.uptimeSeconds),
+  ]]);
+  family(
+    "lane_enabled",
+    "gauge",
+    "1 when the lane has a listener.",
+    perLane((l) => ledger.lanes[l].enabled ? 1 : 0),
+  );
+  family(
+    "ledger_admitted_total",
+    "counter",
+    "Requests admitted.",
+    perLane((l) => ledger.lanes[l].admitted),
+  );
+  family(
+    "ledger_overload_total",
+    "counter",
+    "Requests refused with a typed overload.",
+    LANE_NAMES.flatMap((lane) =>
+      OVERLOAD_KINDS.map((kind): [string, number] => [
+        `{lane="${lane}",kind="${kind}"}`,
+        ledger.lanes[lane].overload[kind],
+      ])
+    ),
+  );
+  family(
+    "ledger_denied_route_total",
+    "counter",
+    "Requests outside the lane's routes.",
+    perLane((l) => ledger.lanes[l].denied_route),
+  );
+  family("ledger_in_use", "gauge", "Slots held per lane.", perLane((l) => ledger.lanes[l].in_use));
+  family(
+    "ledger_reserve",
+    "gauge",
+    "Private reserve per lane.",
+    perLane((l) => ledger.lanes[l].reserve),
+  );
+  family("ledger_completed_total", "counter", "Reservations released as served.", [[
+    "",
+    ledger.completed,
+  ]]);
+  family("ledger_cancelled_total", "counter", "Reservations released as not served.", [[
+    "",
+    ledger.cancelled,
+  ]]);
+  family("ledger_double_release_total", "counter", "Releases of already released reservations.", [[
+    "",
+    ledger.double_release,
+  ]]);
+  family("ledger_outstanding", "gauge", "Reservations not yet released.", [[
+    "",
+    ledger.outstanding,
+  ]]);
+  family("ledger_high_water_slots", "gauge", "Most slots ever held at once.", [[
+    "",
+    ledger.high_water_slots,
+  ]]);
+  family("ledger_application_slots", "gauge", "Process-wide slot ceiling.", [[
+    "",
+    ledger.application_slots,
+  ]]);
+  family("ledger_general_pool", "gauge", "Slots not reserved to a lane.", [[
+    "",
+    ledger.general_pool,
+  ]]);
+  family("ledger_bytes_in_use", "gauge", "In-flight bytes held.", [["", ledger.bytes_in_use]]);
+  family("ledger_inflight_bytes", "gauge", "Shared in-flight byte budget.", [[
+    "",
+    ledger.inflight_bytes,
+  ]]);
+  family(
+    "lane_connections",
+    "gauge",
+    "Open connections per lane.",
+    perLane((l) => ledger.lanes[l].connections),
+  );
+  family(
+    "lane_connections_refused_total",
+    "counter",
+    "Connections closed at the lane's ceiling.",
+    perLane((l) => ledger.lanes[l].connections_refused),
+  );
+  family(
+    "responses_total",
+    "counter",
+    "Responses per lane and status class.",
+    LANE_NAMES.flatMap((lane) => {
+      const read = stats.read(lane);
+      return STATUS_CLASSES.map((cls): [string, number] => [
+        `{lane="${lane}",class="${cls}"}`,
+        read.responses[cls],
+      ]);
+    }),
+  );
+  family(
+    "responses_withheld_total",
+    "counter",
+    "Requests answered by dropping or holding the connection.",
+    perLane((l) => stats.read(l).withheld),
+  );
+  family(
+    "protocol_errors_total",
+    "counter",
+    "Malformed or timed-out request heads.",
+    perLane((l) => stats.read(l).protocol_errors),
+  );
+  return out.join("\n") + "\n";
+}

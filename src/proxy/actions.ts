@@ -1,0 +1,75 @@
+/**
+ * Route actions the gateway answers itself: `respond` (fixed status, headers, body or file) and
+ * `redirect` (a Location built from the route; when the configured location names no path, the
+ * request's path and query are kept).
+ *
+ * @module
+ */
+import type { Reply } from "../server/reply.ts";
+import type { RequestHead } from "../server/request_head.ts";
+
+/** A compiled route action. */
+export type Action =
+  | {
+    readonly kind: "respond";
+    readonly status: number;
+    readonly headers: Readonly<Record<string, string>>;
+    readonly body: string;
+    /** A resolved file path streamed as the body instead of `body`. */
+    readonly file?: string;
+  }
+  | {
+    readonly kind: "redirect";
+    readonly status: number;
+    readonly location: string;
+    /** The location is scheme and authority only: append the request's path and query. */
+    readonly keepPath: boolean;
+  };
+
+/** True when `location` is `scheme://authority` with nothing after it. */
+export function namesNoPath(location: string): boolean {
+  return /^https?:\/\/[^/?#]+$/i.test(location);
+}
+
+/** The `{name}` placeholders a location uses. */
+export function placeholders(location: string): string[] {
+  return [...location.matchAll(/\{([A-Za-z_][A-Za-z0-9_]*)\}/g)].map((m) => m[1]);
+}
+
+/**
+ * Runs an action.
+ *
+ * @param action the route's action
+ * @param head the request head
+ * @param params the route's template parameters
+ * @example
+ * ```ts
+ * import { runAction } from "./actions.ts";
+ * const reply = runAction(
+ *   { kind: "redirect", status: 308, location: "https://new.example", keepPath: true },
+ *   { method: "GET", path: "/a/b", query: "?x=1", host: "old.example" },
+ *   {},
+ * );
+ * reply.headers?.location; // "https://new.example/a/b?x=1"
+ * ```
+ */
+export function runAction(
+  action: Action,
+  head: RequestHead,
+  params: Readonly<Record<string, string>>,
+): Reply {
+  if (action.kind === "respond") {
+    return action.file
+      ? { status: action.status, headers: action.headers, file: action.file }
+      : { status: action.status, headers: action.headers, body: action.body };
+  }
+  let location = action.location;
+  if (location.includes("{")) {
+    location = location.replace(
+      /\{([A-Za-z_][A-Za-z0-9_]*)\}/g,
+      (_, name: string) => encodeURIComponent(params[name] ?? ""),
+    );
+  }
+  if (action.keepPath) location += head.path + head.query;
+  return { status: action.status, headers: { location }, body: "" };
+}

@@ -1,0 +1,126 @@
+/**
+ * Failures are values with a kind. One table maps a kind to its status and its fixed,
+ * classification-only message; one function turns a failure into the JSON error envelope
+ * `{"error":{"code","message","request_id"}}`. Upstream detail, file paths and stack traces go to
+ * logs and spans, never to the client.
+ *
+ * @module
+ */
+import type { OverloadKind } from "../ledger/overload.ts";
+import type { Reply } from "../server/reply.ts";
+
+/** Where a failure came from. */
+export type FailureSource = "client" | "upstream" | "internal";
+
+/** Every kind of failure the gateway answers itself. */
+export type FailureKind =
+  | OverloadKind
+  | "route_not_allowed"
+  | "no_route"
+  | "misdirected_request"
+  | "bad_request"
+  | "header_fields_too_large"
+  | "uri_too_long"
+  | "request_timeout"
+  | "tenant_blocked"
+  | "draining"
+  | "not_ready"
+  | "internal_error";
+
+interface KindInfo {
+  readonly status: number;
+  readonly source: FailureSource;
+  readonly message: string;
+}
+
+const KINDS: Record<FailureKind, KindInfo> = {
+  lane_pool_full: { status: 429, source: "client", message: "This lane is at its capacity" },
+  per_connection_limit: {
+    status: 429,
+    source: "client",
+    message: "Too many concurrent requests on this connection",
+  },
+  rate_budget: { status: 429, source: "client", message: "This lane's request rate is exhausted" },
+  aggregate_full: { status: 503, source: "internal", message: "The gateway is at capacity" },
+  byte_budget: {
+    status: 503,
+    source: "internal",
+    message: "The gateway's byte budget is exhausted",
+  },
+  deadline_exceeded: { status: 503, source: "internal", message: "The request deadline passed" },
+  route_not_allowed: { status: 404, source: "client", message: "No such route on this listener" },
+  no_route: { status: 404, source: "client", message: "No route matches this request" },
+  misdirected_request: {
+    status: 421,
+    source: "client",
+    message: "This gateway does not serve the requested host",
+  },
+  bad_request: { status: 400, source: "client", message: "The request is malformed" },
+  header_fields_too_large: {
+    status: 431,
+    source: "client",
+    message: "The request header fields are too large",
+  },
+  uri_too_long: { status: 414, source: "client", message: "The request target is too long" },
+  request_timeout: {
+    status: 408,
+    source: "client",
+    message: "The request head did not arrive in time",
+  },
+  tenant_blocked: { status: 404, source: "client", message: "This site is not available" },
+  draining: { status: 503, source: "internal", message: "The gateway is shutting down" },
+  not_ready: { status: 503, source: "internal", message: "The gateway is not ready" },
+  internal_error: { status: 500, source: "internal", message: "The gateway failed internally" },
+};
+
+/** A classified failure; thrown or returned by a phase, answered by {@link failureReply}. */
+export class GatewayError extends Error {
+  readonly kind: FailureKind;
+  readonly source: FailureSource;
+  readonly retryable: boolean;
+
+  /**
+   * @param kind the classification
+   * @param options the underlying cause (kept for logs, never sent) and retryability
+   */
+  constructor(kind: FailureKind, options: { cause?: unknown; retryable?: boolean } = {}) {
+    super(KINDS[kind].message, { cause: options.cause });
+    this.name = "GatewayError";
+    this.kind = kind;
+    this.source = KINDS[kind].source;
+    this.retryable = options.retryable ?? false;
+  }
+}
+
+/** The status a failure kind answers with. */
+export function failureStatus(kind: FailureKind): number {
+  return KINDS[kind].status;
+}
+
+/**
+ * The reply for a failure: its status, and the error envelope as body.
+ *
+ * @param kind the failure's classification
+ * @param requestId the request id to echo in the envelope
+ * @param options a status override (a tenant's block status) and extra headers
+ * @example
+ * ```ts
+ * import { failureReply } from "./errors.ts";
+ * const reply = failureReply("no_route", "req-1");
+ * reply.status; // 404
+ * JSON.parse(reply.body as string).error.code; // "no_route"
+ * ```
+ */
+export function failureReply(
+  kind: FailureKind,
+  requestId: string,
+  options: { status?: number; headers?: Record<string, string> } = {},
+): Reply {
+  const info = KINDS[kind];
+  return {
+    status: options.status ?? info.status,
+    headers: { "content-type": "application/json", ...options.headers },
+    body: JSON.stringify({ error: { code: kind, message: info.message, request_id: requestId } }),
+    failure: kind,
+  };
+}

@@ -1,0 +1,149 @@
+/**
+ * A tenant's route table. Path patterns are exact (`/about`), templates with whole-segment
+ * parameters (`/users/{id}`), or prefixes (`prefix: /static/`). Lookup tries the most specific
+ * first — exact, then templates (more literal segments first), then prefixes (longest first),
+ * file order breaking ties — and the first candidate whose methods and host also match wins.
+ *
+ * @module
+ */
+
+/** One template segment: a literal, or a named parameter. */
+export type Segment = string | { readonly param: string };
+
+/** How a route's path is matched. */
+export type PathPattern =
+  | { readonly kind: "exact"; readonly path: string }
+  | { readonly kind: "prefix"; readonly prefix: string }
+  | { readonly kind: "template"; readonly segments: readonly Segment[] };
+
+/** A route ready to match. */
+export interface RouteEntry<A> {
+  readonly name: string;
+  readonly pattern: PathPattern;
+  /** Allowed methods; undefined allows every method. */
+  readonly methods?: ReadonlySet<string>;
+  /** Only requests for this host (one of the tenant's names); undefined allows all. */
+  readonly host?: string;
+  readonly action: A;
+}
+
+/** A successful lookup. */
+export interface RouteMatch<A> {
+  readonly route: RouteEntry<A>;
+  /** Template parameters, percent-decoded. */
+  readonly params: Readonly<Record<string, string>>;
+}
+
+const NO_PARAMS: Readonly<Record<string, string>> = Object.freeze({});
+const PARAM = /^\{([A-Za-z_][A-Za-z0-9_]*)\}$/;
+
+/**
+ * Parses a `match.path` value into an exact or template pattern.
+ *
+ * @returns the pattern, or a message saying what is wrong with it
+ */
+export function parsePath(path: string): PathPattern | string {
+  if (!path.includes("{") && !path.includes("}")) return { kind: "exact", path };
+  const names = new Set<string>();
+  const segments: Segment[] = [];
+  for (const segment of path.split("/").slice(1)) {
+    const param = PARAM.exec(segment);
+    if (param) {
+      if (names.has(param[1])) return `Parameter "{${param[1]}}" appears twice`;
+      names.add(param[1]);
+      segments.push({ param: param[1] });
+    } else if (segment.includes("{") || segment.includes("}")) {
+      return "A parameter must be a whole segment such as /users/{id}";
+    } else {
+      segments.push(segment);
+    }
+  }
+  return { kind: "template", segments };
+}
+
+/** An immutable route table. */
+export class RouteTable<A> {
+  readonly #exact = new Map<string, RouteEntry<A>[]>();
+  readonly #templates: { route: RouteEntry<A>; segments: readonly Segment[] }[];
+  readonly #prefixes: { route: RouteEntry<A>; prefix: string }[];
+
+  /** @param routes routes in file order */
+  constructor(routes: readonly RouteEntry<A>[]) {
+    const templates: { route: RouteEntry<A>; segments: readonly Segment[]; order: number }[] = [];
+    const prefixes: { route: RouteEntry<A>; prefix: string; order: number }[] = [];
+    routes.forEach((route, order) => {
+      const pattern = route.pattern;
+      if (pattern.kind === "exact") {
+        const list = this.#exact.get(pattern.path) ?? [];
+        list.push(route);
+        this.#exact.set(pattern.path, list);
+      } else if (pattern.kind === "template") {
+        templates.push({ route, segments: pattern.segments, order });
+      } else {
+        prefixes.push({ route, prefix: pattern.prefix, order });
+      }
+    });
+    const literals = (segments: readonly Segment[]) =>
+      segments.filter((s) => typeof s === "string").length;
+    this.#templates = templates.sort((a, b) =>
+      literals(b.segments) - literals(a.segments) || a.order - b.order
+    );
+    this.#prefixes = prefixes.sort((a, b) =>
+      b.prefix.length - a.prefix.length || a.order - b.order
+    );
+  }
+
+  /**
+   * Finds the route for a request.
+   *
+   * @param method the request method
+   * @param path the raw request path
+   * @param host the normalised request host
+   */
+  match(method: string, path: string, host: string): RouteMatch<A> | undefined {
+    for (const route of this.#exact.get(path) ?? []) {
+      if (accepts(route, method, host)) return { route, params: NO_PARAMS };
+    }
+    if (this.#templates.length > 0) {
+      const segments = path.split("/").slice(1);
+      for (const template of this.#templates) {
+        if (!accepts(template.route, method, host)) continue;
+        const params = matchTemplate(template.segments, segments);
+        if (params) return { route: template.route, params };
+      }
+    }
+    for (const { route, prefix } of this.#prefixes) {
+      if (path.startsWith(prefix) && accepts(route, method, host)) {
+        return { route, params: NO_PARAMS };
+      }
+    }
+    return undefined;
+  }
+}
+
+function accepts<A>(route: RouteEntry<A>, method: string, host: string): boolean {
+  return (!route.methods || route.methods.has(method)) && (!route.host || route.host === host);
+}
+
+function matchTemplate(
+  pattern: readonly Segment[],
+  segments: readonly string[],
+): Record<string, string> | undefined {
+  if (pattern.length !== segments.length) return undefined;
+  const params: Record<string, string> = {};
+  for (let i = 0; i < segments.length; i++) {
+    const want = pattern[i];
+    const got = segments[i];
+    if (typeof want === "string") {
+      if (want !== got) return undefined;
+      continue;
+    }
+    if (got === "") return undefined;
+    try {
+      params[want.param] = decodeURIComponent(got);
+    } catch {
+      return undefined;
+    }
+  }
+  return params;
+}

@@ -1,0 +1,32 @@
+/**
+ * What a phase answers with: a plain value that one writer turns into bytes on the wire.
+ *
+ * @module
+ */
+import type { FailureKind } from "../proxy/errors.ts";
+
+/** A response a phase produced. */
+export interface Reply {
+  readonly status: number;
+  readonly headers?: Readonly<Record<string, string>>;
+  /** A fixed body. */
+  readonly body?: string | Uint8Array;
+  /** Stream this file as the body (resolved path, already checked to be inside its folder). */
+  readonly file?: string;
+  /**
+   * No response at all: `drop` closes the connection now; `hold` keeps it open, unanswered, until
+   * the lane's deadline, then closes it.
+   */
+  readonly withhold?: "drop" | "hold";
+  /** Set when the gateway answered a failure itself (for counters and logs). */
+  readonly failure?: FailureKind;
+}
+
+/** A JSON reply with status 200 unless given. */
+export function jsonReply(value: unknown, status = 200): Reply {
+  return {
+    status,
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(value),
+  };
+}
