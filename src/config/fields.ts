@@ -26,6 +26,10 @@ export const IpLiteral = v.pipe(
     (text) => isIP(text) !== 0,
     "Expected an IP address literal such as 127.0.0.1 or ::1 (a name like localhost is ambiguous)",
   ),
+  v.check(
+    (text) => isIP(text) === 0 || !text.includes("%"),
+    "An IPv6 zone index (such as %eth0) cannot be used in a listener address",
+  ),
 );
 
 /** A Unix socket path that a `--allow-net=unix:` flag can express. */

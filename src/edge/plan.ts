@@ -7,7 +7,7 @@
  */
 import { checkListeners, type LaneListener } from "../boot/distinct.ts";
 import { configuredLanes, type Grant, requiredGrants } from "../boot/flags.ts";
-import type { EdgeConfig, ListenerAddress } from "../config/load.ts";
+import { type EdgeConfig, formatAddress, type ListenerAddress } from "../config/load.ts";
 import { ConfigError, type ConfigProblem } from "../config/problems.ts";
 import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
 import { type LaneProfileInput, type Profile, validateProfile } from "../ledger/profile.ts";
@@ -75,7 +75,7 @@ export async function planEdge<S>(
   );
   for (const p of checkListeners(listeners)) {
     const address = config.lanes[p.lane]!.listen[p.index];
-    problem(["lanes", p.lane, "listen", p.index], address, p.message);
+    problem(["lanes", p.lane, "listen", p.index], formatAddress(address), p.message);
   }
 
   const lanes: PlannedLane<S>[] = [];

@@ -42,6 +42,7 @@ const defaultClock: Clock = () => performance.timeOrigin + performance.now();
  * ```ts
  * import { Ledger } from "./ledger.ts";
  * import { validateProfile } from "./profile.ts";
+ * import { snapshotLedger } from "./snapshot.ts";
  * const lane = { enabled: true, reserve: 0, max_connections: 8, footprint_bytes: 1024, deadline_ms: 1000 };
  * const off = { ...lane, enabled: false };
  * const checked = validateProfile({
@@ -51,9 +52,11 @@ const defaultClock: Clock = () => performance.timeOrigin + performance.now();
  * if (!checked.ok) throw new Error("bad profile");
  * const ledger = new Ledger(checked.profile);
  * const ticket = ledger.admit("public");
- * if (ticket instanceof Error || "overload" in ticket) throw new Error("refused");
+ * if ("overload" in ticket) throw new Error("refused");
+ * const second = ledger.admit("public"); // the only slot is held
+ * if (!("overload" in second) || second.overload !== "lane_pool_full") throw new Error("admitted");
  * ticket.complete();
- * ledger.snapshot().release_balanced; // true
+ * if (!snapshotLedger(ledger).release_balanced) throw new Error("unbalanced");
  * ```
  */
 export class Ledger implements ReservationOwner {

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { isAbsolute, join, normalize, relative } from "node:path";
+import { isAbsolute, join, normalize, relative, sep } from "node:path";
 import type { ConfigProblem } from "../config/problems.ts";
 import { ConfigError } from "../config/problems.ts";
 import { readTenantFiles, type TenantFile } from "../config/tenant_files.ts";
@@ -194,7 +194,7 @@ async function checkBodyFile(
 ): Promise<string | undefined> {
   const path = normalize(isAbsolute(name) ? name : join(dir, name));
   const inside = relative(dir, path);
-  if (inside.startsWith("..") || isAbsolute(inside)) {
+  if (inside === ".." || inside.startsWith(`..${sep}`) || isAbsolute(inside)) {
     fail("A body file must be inside the tenants folder");
     return undefined;
   }

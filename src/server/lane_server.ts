@@ -68,6 +68,8 @@ export function createLaneServer<S extends LaneServices>(
 
   const server = http.createServer({
     maxHeaderSize: limits.headerBytes,
+    // readHead refuses a Host-less HTTP/1.1 request itself, with the error envelope.
+    requireHostHeader: false,
     headersTimeout: limits.headerMs,
     requestTimeout: limits.requestMs,
     keepAliveTimeout: limits.idleMs,
