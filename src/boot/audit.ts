@@ -1,8 +1,14 @@
 /**
  * The boot-time permission audit. Portcullis refuses to start while it holds ambient authority
- * (`-A`, unscoped `--allow-net`, any `--allow-run`, `--allow-ffi`, unscoped `--allow-write`), while a
+ * (`-A`, unscoped `--allow-net`, `--allow-run`, `--allow-ffi`, unscoped `--allow-write`), while a
  * net grant reaches beyond the configured addresses, or while a grant the config needs is missing —
  * naming each one.
+ *
+ * Deno can answer "is X granted?" but cannot list what was granted, so grants are found by probing:
+ * unscoped run/ffi/write/net, a run grant for a shell or `deno`, and canary net addresses (a
+ * documentation-range host, and a spare port on each configured host). A run grant for one specific
+ * other program, or ffi for one specific library, answers "not granted" to every probe and is not
+ * detected.
  *
  * @module
  */

@@ -31,12 +31,17 @@ function toProblem(issue: v.BaseIssue<unknown>, source: YamlFile): ConfigProblem
   for (const item of issue.path ?? []) {
     if (typeof item.key === "string" || typeof item.key === "number") path.push(item.key);
   }
-  const missing = issue.kind === "schema" && issue.input === undefined;
+  const unknown = issue.type === "strict_object" && issue.expected === "never";
+  const missing = !unknown && issue.kind === "schema" && issue.input === undefined;
   return {
     file: source.file,
     path,
-    message: missing ? "Required field is missing" : tidy(issue.message),
-    ...(missing ? {} : { value: issue.input }),
+    message: unknown
+      ? "Unknown field (a typo? unknown fields are refused, never ignored)"
+      : missing
+      ? "Required field is missing"
+      : tidy(issue.message),
+    ...(missing || unknown ? {} : { value: issue.input }),
     at: source.locate(path),
   };
 }

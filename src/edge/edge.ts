@@ -195,6 +195,8 @@ async function listen(grant: Bound): Promise<void> {
         ? "address already in use"
         : error.code === "EACCES"
         ? "permission denied by the OS"
+        : error.code === "ENOENT"
+        ? "its folder does not exist"
         : error.name === "NotCapable"
         ? "not granted by --allow-net"
         : error.message;

@@ -123,6 +123,16 @@ export function validateProfile(
   for (const name of LANE_NAMES) {
     const lane = input.lanes[name];
     const at = (field: string) => ["lanes", name, field];
+    if (!lane.enabled) {
+      // An absent lane costs nothing: only its reserve is checked (it must be 0).
+      need(
+        lane.reserve === 0,
+        at("reserve"),
+        lane.reserve,
+        `Lane "${name}" has no listener, so its reserve must be 0`,
+      );
+      continue;
+    }
     need(
       whole(lane.footprint_bytes, 1),
       at("footprint_bytes"),
@@ -155,19 +165,12 @@ export function validateProfile(
         lane.reserve,
         "The public lane has no reserve: it draws from the general pool only",
       );
-    } else if (lane.enabled) {
+    } else {
       need(
         lane.reserve > 0,
         at("reserve"),
         lane.reserve,
         `Lane "${name}" has a listener, so it needs a reserve above 0 (its deterministic floor)`,
-      );
-    } else {
-      need(
-        lane.reserve === 0,
-        at("reserve"),
-        lane.reserve,
-        `Lane "${name}" has no listener, so its reserve must be 0`,
       );
     }
     if (lane.rate) {
@@ -186,11 +189,9 @@ export function validateProfile(
     } else {
       need(!lane.rate_required, at("rate"), undefined, `Lane "${name}" requires a rate budget`);
     }
-    if (lane.enabled) {
-      reserves += lane.reserve;
-      reserveBytes += lane.reserve * lane.footprint_bytes;
-      widestFootprint = Math.max(widestFootprint, lane.footprint_bytes);
-    }
+    reserves += lane.reserve;
+    reserveBytes += lane.reserve * lane.footprint_bytes;
+    widestFootprint = Math.max(widestFootprint, lane.footprint_bytes);
   }
 
   const generalPool = input.application_slots - reserves;

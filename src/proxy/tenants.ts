@@ -204,6 +204,12 @@ async function checkBodyFile(
       fail("Not a regular file");
       return undefined;
     }
+    // A symlink inside the folder must not lead outside it.
+    const real = relative(await Deno.realPath(dir), await Deno.realPath(path));
+    if (real === ".." || real.startsWith(`..${sep}`) || isAbsolute(real)) {
+      fail("A body file must be inside the tenants folder (it links outside)");
+      return undefined;
+    }
   } catch {
     fail("Cannot read the body file");
     return undefined;

@@ -195,12 +195,12 @@ export function createLaneServer<S extends LaneServices>(
       return;
     }
     stats.protocolError(name);
-    const reply = failureReply(kind, crypto.randomUUID());
-    const body = reply.body as string;
+    const requestId = crypto.randomUUID();
+    const body = failureReply(kind, requestId).body as string;
     socket.end(
       `HTTP/1.1 ${failureStatus(kind)} ${http.STATUS_CODES[failureStatus(kind)]}\r\n` +
         `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-        `connection: close\r\n\r\n${body}`,
+        `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`,
     );
   });
   return server;

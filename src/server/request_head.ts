@@ -71,10 +71,13 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
   if (lengths > 1) return { kind: "bad_request", detail: "more than one Content-Length" };
   if (hosts === 1 && !HOST.test(hostValue)) return { kind: "bad_request", detail: "invalid Host" };
 
-  const target = request.url ?? "";
-  if (target.length > limits.targetBytes) {
-    return { kind: "uri_too_long", detail: `${target.length} byte target` };
+  const full = request.url ?? "";
+  if (full.length > limits.targetBytes) {
+    return { kind: "uri_too_long", detail: `${full.length} byte target` };
   }
+  // A fragment is not part of the request (RFC 9110 §7.1): drop it before splitting path and query.
+  const hash = full.indexOf("#");
+  const target = hash === -1 ? full : full.slice(0, hash);
   const method = request.method ?? "GET";
   let path: string;
   let query = "";
@@ -97,16 +100,17 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
       return { kind: "bad_request", detail: "absolute-form authority differs from Host" };
     }
     host = authority;
-    const after = target.indexOf("/", target.indexOf("//") + 2);
-    const rest = after === -1 ? "/" : target.slice(after);
+    // The authority ends at the first "/" or "?" (RFC 3986 §3.2); an empty path is "/".
+    const start = target.indexOf("//") + 2;
+    const end = target.slice(start).search(/[/?]/);
+    const tail = end === -1 ? "" : target.slice(start + end);
+    const rest = tail.startsWith("/") ? tail : `/${tail}`;
     const cut = rest.indexOf("?");
     path = cut === -1 ? rest : rest.slice(0, cut);
     query = cut === -1 ? "" : rest.slice(cut);
   } else {
     return { kind: "bad_request", detail: "unsupported request target" };
   }
-  const hash = path.indexOf("#");
-  if (hash !== -1) path = path.slice(0, hash);
   return { method, path, query, host };
 }
 

@@ -1,0 +1,159 @@
+/**
+ * The command line as a subprocess: version and usage, `check` summaries and diagnostics, and
+ * `flags`. The `serve` verb is covered in `cli_serve_test.ts`.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import denoJson from "../deno.json" with { type: "json" };
+import { freePorts, type LanePorts, proofConfig, runCli, writeConfig } from "./fixtures/gateway.ts";
+import type { ConfigObject } from "./fixtures/in_process.ts";
+
+const ROOT = new URL("../", import.meta.url).pathname;
+const EXAMPLE = `${ROOT}deploy/example/config.yaml`;
+const READ_ONLY = ["--allow-read", "--ignore-env=LOG_STREAM,LOG_TOKENS"];
+
+function lanePorts(): LanePorts {
+  const [p, l, h] = freePorts(3);
+  return { public: p, local_health: l, provider_health: h };
+}
+
+/** Lines of `text`, without the trailing empty one. */
+function linesOf(text: string): string[] {
+  return text.split("\n").filter((line) => line !== "");
+}
+
+Deno.test("cli --version: prints the deno.json version and exits 0", async () => {
+  assert.match(denoJson.version, /^\d+\.\d+\.\d+/);
+  const result = await runCli([], ["--version"]);
+  assert.equal(result.code, 0);
+  assert.equal(result.stdout, `portcullis ${denoJson.version}\n`);
+  assert.equal(result.stdout, "portcullis 0.1.0\n");
+});
+
+Deno.test("cli usage: no arguments, or too many, print the usage and exit 2", async () => {
+  const none = await runCli([], []);
+  assert.equal(none.code, 2);
+  assert.match(none.stderr, /^portcullis: missing config file\nusage: portcullis \[serve\]/);
+  assert.equal(none.stdout, "");
+  const extra = await runCli(READ_ONLY, ["check", "a.yaml", "b.yaml"]);
+  assert.equal(extra.code, 2);
+  assert.match(extra.stderr, /^portcullis: unexpected arguments\nusage:/);
+});
+
+Deno.test("cli check: the example config prints a summary of lanes, ledger, tenants, flags", async () => {
+  const result = await runCli(READ_ONLY, ["check", EXAMPLE]);
+  assert.equal(result.code, 0, result.stderr);
+  const out = result.stdout;
+  assert.match(out, new RegExp(`^portcullis: ${EXAMPLE} is valid\n`));
+  assert.match(out, /^ {2}node example-edge, mode local$/m);
+  assert.match(out, /^ {2}lane public: 127\.0\.0\.1:8080$/m);
+  assert.match(out, /^ {4}routes \/healthz \+ tenants$/m);
+  assert.match(out, /^ {2}lane local_health: 127\.0\.0\.1:9901$/m);
+  assert.match(out, /^ {2}lane provider_health: 127\.0\.0\.1:9902$/m);
+  assert.match(out, /^ {4}reserve 2, .*rate 20\/s burst 40$/m);
+  assert.match(out, /^ {2}ledger: 256 slots \(general pool 250\), .* 8 per connection$/m);
+  assert.match(out, /^ {2}tenants: 1 \(\d+ routes\) in .*deploy\/example\/tenants$/m);
+  assert.match(
+    out,
+    /^ {2}flags: --allow-net=127\.0\.0\.1:8080,127\.0\.0\.1:9901,127\.0\.0\.1:9902 /m,
+  );
+});
+
+Deno.test("cli check: a bad config prints every problem with file, field and value", async () => {
+  const dir = await writeConfig(
+    `node_id: "bad id!"\nmode: remote\ntenants_dir: tenants\nlanes:\n` +
+      `  public: { listen: [{ hostname: localhost, port: 0 }] }\n` +
+      `ledger:\n  application_slots: 0\n  inflight_bytes: 1024\n  per_connection: 2\n` +
+      `  colour: blue\n`,
+  );
+  try {
+    const result = await runCli(READ_ONLY, ["check", dir.config]);
+    assert.equal(result.code, 1);
+    assert.equal(result.stdout, "", "no summary for an invalid config");
+    const lines = linesOf(result.stderr);
+    for (const line of lines) assert.ok(line.startsWith("portcullis: "), line);
+    // Each line: file:line:col: field path: message (got value). An unknown key is named by its
+    // path; it has no value of its own to quote.
+    const expected: [string, string | undefined][] = [
+      ["1:10: node_id:", '(got "bad id!")'],
+      ["2:7: mode:", '(got "remote")'],
+      ["5:34: lanes.public.listen[0].hostname:", '(got "localhost")'],
+      ["5:51: lanes.public.listen[0].port:", "(got 0)"],
+      ["7:22: ledger.application_slots:", "(got 0)"],
+      ["10:11: ledger.colour:", undefined],
+    ];
+    assert.equal(lines.length, expected.length + 1, result.stderr);
+    expected.forEach(([where, got], i) => {
+      assert.ok(lines[i].startsWith(`portcullis: ${dir.config}:${where} `), lines[i]);
+      if (got) assert.ok(lines[i].endsWith(got), lines[i]);
+    });
+    assert.equal(lines.at(-1), "portcullis: 6 problem(s); nothing was started");
+  } finally {
+    await Deno.remove(dir.dir, { recursive: true });
+  }
+});
+
+Deno.test("cli check: ledger, listener and tenant-file problems are all reported at once", async () => {
+  const ports = lanePorts();
+  const config: ConfigObject = proofConfig(ports);
+  config.ledger.lanes.public.reserve = 1;
+  config.ledger.lanes.provider_health.reserve = 0;
+  config.lanes.provider_health.listen = [{ hostname: "0.0.0.0", port: ports.public }];
+  const badTenant = {
+    host: "bad.test",
+    routes: [{ match: { path: "/y" }, redirect: { location: "/z/{nope}" } }],
+  };
+  const dir = await writeConfig(config, [badTenant]);
+  try {
+    const result = await runCli(READ_ONLY, ["check", dir.config]);
+    assert.equal(result.code, 1);
+    const lines = linesOf(result.stderr);
+    const find = (text: string) => lines.find((line) => line.includes(text));
+    assert.match(find("ledger.lanes.public.reserve:") ?? "", /no reserve.*\(got 1\)$/);
+    assert.match(find("ledger.lanes.provider_health.reserve:") ?? "", /\(got 0\)$/);
+    assert.match(
+      find("lanes.provider_health.listen[0]:") ?? "",
+      new RegExp(`0\\.0\\.0\\.0:${ports.public} overlaps lane "public"`),
+    );
+    assert.ok(find(`${dir.dir}/tenants/bad.test.yaml:`)?.includes("routes[0].redirect.location"));
+    assert.equal(lines.at(-1), `portcullis: ${lines.length - 1} problem(s); nothing was started`);
+    for (const line of lines) assert.ok(line.startsWith("portcullis: "), line);
+  } finally {
+    await Deno.remove(dir.dir, { recursive: true });
+  }
+});
+
+Deno.test("cli check: two lanes aliasing one address are refused, naming both lanes", async () => {
+  const ports = lanePorts();
+  const dir = await writeConfig(proofConfig({ ...ports, provider_health: ports.public }));
+  try {
+    const result = await runCli(READ_ONLY, ["check", dir.config]);
+    assert.equal(result.code, 1);
+    const alias = linesOf(result.stderr).find((line) => line.includes("overlaps"));
+    assert.ok(alias, result.stderr);
+    assert.match(alias, /lanes\.provider_health\.listen\[0\]: /);
+    assert.match(alias, /lane "provider_health"/);
+    assert.match(alias, new RegExp(`lane "public" \\(127\\.0\\.0\\.1:${ports.public}\\)`));
+  } finally {
+    await Deno.remove(dir.dir, { recursive: true });
+  }
+});
+
+Deno.test("cli flags: prints exactly one line with the grants the config needs", async () => {
+  const ports = lanePorts();
+  const dir = await writeConfig(proofConfig(ports));
+  try {
+    const result = await runCli(READ_ONLY, ["flags", dir.config]);
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(linesOf(result.stdout).length, 1);
+    assert.equal(
+      result.stdout,
+      `--allow-net=127.0.0.1:${ports.public},127.0.0.1:${ports.local_health},` +
+        `127.0.0.1:${ports.provider_health} --allow-read=${dir.config},${dir.dir}/tenants ` +
+        "--ignore-env=LOG_STREAM,LOG_TOKENS\n",
+    );
+  } finally {
+    await Deno.remove(dir.dir, { recursive: true });
+  }
+});

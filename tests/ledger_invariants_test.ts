@@ -1,0 +1,238 @@
+import assert from "node:assert/strict";
+import { LANE_NAMES, type LaneName } from "../src/ledger/lane.ts";
+import { type ConnectionBudget, Ledger } from "../src/ledger/ledger.ts";
+import { C, LedgerMemory } from "../src/ledger/memory.ts";
+import type { Overload, OverloadKind } from "../src/ledger/overload.ts";
+import { type Profile, validateProfile } from "../src/ledger/profile.ts";
+import { Reservation } from "../src/ledger/reservation.ts";
+import { snapshotLedger } from "../src/ledger/snapshot.ts";
+
+/**
+ * 7 slots, reserves local_health 2 + provider_health 1: general pool 4. Reserve bytes 1200, so
+ * 4200 leaves 3000 general bytes: three public requests, fewer than the pool, so byte_budget is
+ * reachable. provider_health has a rate budget of 5/s, burst 2.
+ */
+function profile(): Profile {
+  const result = validateProfile({
+    application_slots: 7,
+    inflight_bytes: 4200,
+    per_connection: 2,
+    lanes: {
+      public: {
+        enabled: true,
+        reserve: 0,
+        max_connections: 8,
+        footprint_bytes: 1000,
+        deadline_ms: 300,
+      },
+      local_health: {
+        enabled: true,
+        reserve: 2,
+        max_connections: 8,
+        footprint_bytes: 500,
+        deadline_ms: 200,
+      },
+      provider_health: {
+        enabled: true,
+        reserve: 1,
+        max_connections: 8,
+        footprint_bytes: 200,
+        deadline_ms: 1000,
+        rate: { per_second: 5, burst: 2 },
+      },
+    },
+  });
+  if (!result.ok) throw new Error(`bad test profile: ${JSON.stringify(result.problems)}`);
+  return result.profile;
+}
+
+/** A seeded PRNG (mulberry32), so every run takes the same path. */
+function random(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface Held {
+  ticket: Reservation;
+  conn?: ConnectionBudget;
+}
+
+for (const seed of [1, 42, 20240601]) {
+  Deno.test(`ledger keeps its invariants over a random admit/release sequence (seed ${seed})`, () => {
+    const next = random(seed);
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)];
+    let now = 0;
+    const p = profile();
+    const ledger = new Ledger(p, { clock: () => now });
+    const conns: ConnectionBudget[] = [{ active: 0 }, { active: 0 }, { active: 0 }];
+    const held: Held[] = [];
+    const spent: Reservation[] = [];
+    const expected = { reserve: [0, 0, 0], general: [0, 0, 0], bytes: 0, doubles: 0 };
+    const seen = new Set<OverloadKind | "admitted">();
+
+    const predict = (
+      lane: number,
+      conn?: ConnectionBudget,
+    ): OverloadKind | "reserve" | "general" => {
+      const l = p.lanes[lane];
+      if (conn && conn.active >= p.perConnection) return "per_connection_limit";
+      if (expected.reserve[lane] < l.reserve) return "reserve";
+      if (expected.general[lane] >= l.maxSlots - l.reserve) return "lane_pool_full";
+      if (expected.general.reduce((a, b) => a + b) >= p.generalPool) return "aggregate_full";
+      if (expected.bytes + l.footprint > p.generalBytes) return "byte_budget";
+      return "general";
+    };
+    const forget = (ticket: Reservation) => {
+      if (ticket.fromReserve) expected.reserve[ticket.laneIndex]--;
+      else {
+        expected.general[ticket.laneIndex]--;
+        expected.bytes -= p.lanes[ticket.laneIndex].footprint;
+      }
+    };
+
+    for (let step = 0; step < 3000; step++) {
+      const roll = next();
+      if (roll < 0.5) {
+        const lane = pick(LANE_NAMES);
+        const index = LANE_NAMES.indexOf(lane);
+        const conn = next() < 0.7 ? pick(conns) : undefined;
+        const want = predict(index, conn);
+        const got: Reservation | Overload = ledger.admit(lane, conn);
+        if (got instanceof Reservation) {
+          assert.equal(got.fromReserve ? "reserve" : "general", want, `step ${step}`);
+          if (got.fromReserve) expected.reserve[index]++;
+          else {
+            expected.general[index]++;
+            expected.bytes += p.lanes[index].footprint;
+          }
+          held.push({ ticket: got, conn });
+          seen.add("admitted");
+        } else if (got.overload === "rate_budget") {
+          assert.equal(lane, "provider_health", `step ${step}`);
+          assert.ok(got.retryAfterMs! > 0 && got.retryAfterMs! <= 200);
+          assert.notEqual(want, "per_connection_limit", `step ${step}`);
+          seen.add(got.overload);
+        } else {
+          assert.equal(got.overload, want, `step ${step}`);
+          seen.add(got.overload);
+        }
+      } else if (roll < 0.85 && held.length > 0) {
+        const [{ ticket }] = held.splice(Math.floor(next() * held.length), 1);
+        assert.equal(next() < 0.5 ? ticket.complete() : ticket.cancel(), true);
+        forget(ticket);
+        spent.push(ticket);
+      } else if (roll < 0.9 && spent.length > 0) {
+        assert.equal(pick(spent).complete(), false);
+        expected.doubles++;
+      } else if (roll < 0.95 && held.length > 0) {
+        const entry = pick(held);
+        spent.push(entry.ticket);
+        entry.ticket = entry.ticket.move();
+      } else {
+        now += Math.floor(next() * 250);
+        for (let i = held.length - 1; i >= 0; i--) {
+          if (!held[i].ticket.expired(now)) continue;
+          assert.deepEqual(ledger.expire(held[i].ticket), { overload: "deadline_exceeded" });
+          forget(held[i].ticket);
+          spent.push(held.splice(i, 1)[0].ticket);
+        }
+      }
+
+      const snap = snapshotLedger(ledger);
+      let total = 0;
+      for (const [index, name] of LANE_NAMES.entries()) {
+        const lane = snap.lanes[name as LaneName];
+        total += lane.in_use;
+        assert.ok(lane.in_use <= p.lanes[index].maxSlots, `step ${step}: ${name} over ceiling`);
+        assert.ok(lane.reserve_in_use <= p.lanes[index].reserve, `step ${step}: ${name} reserve`);
+        assert.equal(lane.reserve_in_use, expected.reserve[index], `step ${step}: ${name}`);
+        assert.equal(lane.in_use, expected.reserve[index] + expected.general[index]);
+      }
+      assert.ok(snap.lanes.public.in_use <= p.generalPool, `step ${step}: public took a reserve`);
+      assert.ok(total <= p.applicationSlots, `step ${step}: aggregate ceiling`);
+      assert.ok(snap.general_in_use <= p.generalPool);
+      assert.ok(snap.bytes_in_use <= p.inflightBytes);
+      assert.equal(snap.outstanding, held.length);
+      assert.equal(snap.admitted, snap.completed + snap.cancelled + snap.outstanding);
+      assert.equal(snap.double_release, expected.doubles);
+      for (const conn of conns) {
+        assert.equal(conn.active, held.filter((h) => h.conn === conn).length);
+      }
+    }
+
+    for (const { ticket } of held.splice(0)) assert.equal(ticket.cancel(), true);
+    const end = snapshotLedger(ledger);
+    assert.equal(end.release_balanced, true);
+    assert.equal(end.outstanding, 0);
+    assert.equal(end.bytes_in_use, 0);
+    assert.ok(end.high_water_slots <= p.applicationSlots);
+    assert.ok(conns.every((c) => c.active === 0));
+    for (const kind of ["admitted", "lane_pool_full", "aggregate_full", "byte_budget"] as const) {
+      assert.ok(seen.has(kind), `the sequence never produced ${kind}`);
+    }
+  });
+}
+
+Deno.test("two Ledgers over the same shared buffers enforce one set of slots", () => {
+  const clock = () => 0;
+  const first = LedgerMemory.create(2, true);
+  const second = LedgerMemory.attach(first.buffers, 1);
+  assert.ok(first.buffers.gauges instanceof SharedArrayBuffer);
+  assert.throws(() => LedgerMemory.attach(first.buffers, 2), RangeError);
+  const a = new Ledger(profile(), { clock, memory: first });
+  const b = new Ledger(profile(), { clock, memory: second });
+  const admit = (ledger: Ledger, lane: LaneName) => ledger.admit(lane);
+  const kind = (r: Reservation | Overload) => r instanceof Reservation ? "admitted" : r.overload;
+
+  // general bytes 3000 allow three public requests, whichever worker admits them
+  const pub = [admit(a, "public"), admit(b, "public"), admit(a, "public")];
+  assert.deepEqual(pub.map(kind), ["admitted", "admitted", "admitted"]);
+  assert.equal(kind(admit(b, "public")), "byte_budget");
+  assert.equal(kind(admit(a, "public")), "byte_budget");
+  // local_health: one reserve of two slots, whichever worker takes them
+  const reserved = [admit(b, "local_health"), admit(a, "local_health")];
+  assert.deepEqual(reserved.map((r) => (r as Reservation).fromReserve), [true, true]);
+  assert.equal(kind(admit(a, "local_health")), "byte_budget");
+  // a release through one worker frees bytes and a slot for the other
+  assert.equal((pub[1] as Reservation).complete(), true); // admitted and released through b
+  const borrowed = admit(b, "local_health") as Reservation;
+  assert.equal(borrowed.fromReserve, false);
+  // one token bucket: burst 2 across both workers
+  assert.equal(kind(admit(a, "provider_health")), "admitted"); // reserve
+  assert.equal(kind(admit(b, "provider_health")), "admitted"); // general slot 4 of 4
+  assert.equal(kind(admit(b, "provider_health")), "rate_budget");
+  assert.equal(kind(admit(a, "public")), "aggregate_full");
+  assert.equal(a.inUse("local_health"), 3);
+  assert.equal(b.inUse("local_health"), 3);
+
+  const snap = snapshotLedger(a);
+  assert.deepEqual(snapshotLedger(b), snap, "both workers read the same summed stripes");
+  assert.equal(snap.admitted, 8);
+  assert.equal(snap.completed, 1);
+  assert.equal(snap.outstanding, 7);
+  assert.equal(snap.general_in_use, 4);
+  assert.equal(snap.lanes.public.admitted, 3);
+  assert.equal(snap.lanes.public.overload.byte_budget, 2);
+  assert.equal(snap.lanes.public.overload.aggregate_full, 1);
+  assert.equal(snap.lanes.local_health.overload.byte_budget, 1);
+  assert.equal(snap.lanes.provider_health.overload.rate_budget, 1);
+  assert.equal(first.counters[first.stripe + C.admitted(0)], 2);
+  assert.equal(second.counters[second.stripe + C.admitted(0)], 1);
+  assert.equal(first.total(C.admitted(0)), 3);
+
+  borrowed.cancel(); // through b
+  const local = admit(a, "local_health") as Reservation; // a borrows the freed general slot
+  assert.equal(local.fromReserve, false);
+  const after = snapshotLedger(a);
+  assert.equal(after.cancelled, 1);
+  assert.equal(after.admitted, 9);
+  assert.equal(after.admitted, after.completed + after.cancelled + after.outstanding);
+  assert.equal(after.lanes.local_health.in_use, 3);
+  assert.equal(after.release_balanced, false);
+});

@@ -1,0 +1,297 @@
+import assert from "node:assert/strict";
+import type { LaneName } from "../src/ledger/lane.ts";
+import { type Clock, Ledger } from "../src/ledger/ledger.ts";
+import { type Overload, OVERLOAD_KINDS, overloadStatus } from "../src/ledger/overload.ts";
+import { type LaneProfileInput, type Profile, validateProfile } from "../src/ledger/profile.ts";
+import { Reservation } from "../src/ledger/reservation.ts";
+import { snapshotLedger } from "../src/ledger/snapshot.ts";
+
+interface Shape {
+  application_slots?: number;
+  inflight_bytes?: number;
+  per_connection?: number;
+  lanes?: Partial<Record<LaneName, Partial<LaneProfileInput>>>;
+}
+
+/**
+ * Default: 6 slots, reserves local_health 2 + provider_health 1, so a general pool of 3;
+ * ceilings public 3, local_health 4, provider_health 2.
+ */
+function profile(shape: Shape = {}): Profile {
+  const lane = (name: LaneName, defaults: LaneProfileInput) => ({
+    ...defaults,
+    ...shape.lanes?.[name],
+  });
+  const result = validateProfile({
+    application_slots: shape.application_slots ?? 6,
+    inflight_bytes: shape.inflight_bytes ?? 1_000_000,
+    per_connection: shape.per_connection ?? 2,
+    lanes: {
+      public: lane("public", {
+        enabled: true,
+        reserve: 0,
+        max_connections: 2,
+        footprint_bytes: 1000,
+        deadline_ms: 100,
+      }),
+      local_health: lane("local_health", {
+        enabled: true,
+        reserve: 2,
+        max_connections: 1,
+        footprint_bytes: 500,
+        deadline_ms: 50,
+      }),
+      provider_health: lane("provider_health", {
+        enabled: true,
+        reserve: 1,
+        max_connections: 3,
+        footprint_bytes: 200,
+        deadline_ms: 1000,
+      }),
+    },
+  });
+  if (!result.ok) throw new Error(`bad test profile: ${JSON.stringify(result.problems)}`);
+  return result.profile;
+}
+
+function admitted(result: Reservation | Overload): Reservation {
+  if (!(result instanceof Reservation)) {
+    assert.fail(`expected admission, got ${JSON.stringify(result)}`);
+  }
+  return result;
+}
+
+function refused(result: Reservation | Overload, kind: Overload["overload"]): Overload {
+  if (result instanceof Reservation) assert.fail(`expected ${kind}, got an admission`);
+  assert.equal(result.overload, kind);
+  if (kind !== "rate_budget") assert.deepEqual(result, { overload: kind });
+  return result;
+}
+
+Deno.test("ledger.admit() takes a protected lane's reserve first, then the general pool", () => {
+  let now = 0;
+  const ledger = new Ledger(profile(), { clock: () => now });
+  const got = [1, 2, 3, 4].map(() => admitted(ledger.admit("local_health")).fromReserve);
+  assert.deepEqual(got, [true, true, false, false]);
+  const snap = snapshotLedger(ledger);
+  assert.equal(snap.lanes.local_health.in_use, 4);
+  assert.equal(snap.lanes.local_health.reserve_in_use, 2);
+  assert.equal(snap.general_in_use, 2);
+  assert.equal(ledger.inUse("local_health"), 4);
+  now = 1;
+  assert.equal(admitted(ledger.admit("provider_health")).fromReserve, true);
+});
+
+Deno.test("ledger.admit() refuses a protected reserve to the public lane", () => {
+  const ledger = new Ledger(profile(), { clock: () => 0 });
+  const pub = [1, 2, 3].map(() => admitted(ledger.admit("public")));
+  assert.ok(pub.every((t) => !t.fromReserve));
+  const over = refused(ledger.admit("public"), "lane_pool_full");
+  assert.equal(overloadStatus(over.overload), 429);
+  // the protected lanes still admit from their reserves
+  assert.equal(admitted(ledger.admit("local_health")).fromReserve, true);
+  assert.equal(admitted(ledger.admit("local_health")).fromReserve, true);
+  assert.equal(admitted(ledger.admit("provider_health")).fromReserve, true);
+  const snap = snapshotLedger(ledger);
+  assert.equal(snap.lanes.public.in_use, 3);
+  assert.equal(snap.lanes.public.overload.lane_pool_full, 1);
+  assert.equal(snap.lanes.local_health.reserve_in_use, 2);
+  assert.equal(snap.lanes.provider_health.reserve_in_use, 1);
+});
+
+Deno.test("ledger.admit() stops a protected lane at its ceiling (max_slots)", () => {
+  // 10 slots: general pool 7, local_health ceiling 2 + min(2, 7) = 4
+  const ledger = new Ledger(profile({ application_slots: 10 }), { clock: () => 0 });
+  for (let i = 0; i < 4; i++) admitted(ledger.admit("local_health"));
+  refused(ledger.admit("local_health"), "lane_pool_full");
+  assert.equal(ledger.inUse("local_health"), 4);
+  assert.equal(snapshotLedger(ledger).general_in_use, 2);
+  admitted(ledger.admit("public")); // the general pool still has room for others
+  // an explicit ceiling
+  const capped = new Ledger(
+    profile({ application_slots: 10, lanes: { local_health: { max_slots: 3 } } }),
+    { clock: () => 0 },
+  );
+  for (let i = 0; i < 3; i++) admitted(capped.admit("local_health"));
+  refused(capped.admit("local_health"), "lane_pool_full");
+  assert.equal(snapshotLedger(capped).lanes.local_health.overload.lane_pool_full, 1);
+});
+
+Deno.test("ledger.admit() answers aggregate_full when other lanes hold the general pool", () => {
+  const ledger = new Ledger(profile(), { clock: () => 0 });
+  const pub = [1, 2, 3].map(() => admitted(ledger.admit("public")));
+  admitted(ledger.admit("local_health"));
+  admitted(ledger.admit("local_health"));
+  const over = refused(ledger.admit("local_health"), "aggregate_full");
+  assert.equal(overloadStatus(over.overload), 503);
+  let snap = snapshotLedger(ledger);
+  assert.equal(snap.lanes.local_health.in_use, 2, "the refused lane slot was given back");
+  assert.equal(snap.general_in_use, 3);
+  assert.equal(snap.lanes.local_health.overload.aggregate_full, 1);
+  pub[0].complete();
+  assert.equal(admitted(ledger.admit("local_health")).fromReserve, false);
+  snap = snapshotLedger(ledger);
+  assert.equal(snap.lanes.local_health.in_use, 3);
+  assert.equal(snap.general_in_use, 3);
+});
+
+Deno.test("ledger.admit() answers byte_budget for general-pool admissions only", () => {
+  // reserve bytes 2×500 + 1×200 = 1200; general bytes 3700 − 1200 = 2500; general pool 5
+  const ledger = new Ledger(profile({ application_slots: 8, inflight_bytes: 3700 }), {
+    clock: () => 0,
+  });
+  const a = admitted(ledger.admit("public"));
+  admitted(ledger.admit("public"));
+  refused(ledger.admit("public"), "byte_budget");
+  let snap = snapshotLedger(ledger);
+  assert.equal(snap.general_in_use, 2, "the refused slot was given back");
+  assert.equal(snap.bytes_in_use, 2000);
+  // reserve admissions carry pre-carved bytes and never fail on bytes
+  assert.equal(admitted(ledger.admit("local_health")).fromReserve, true);
+  assert.equal(admitted(ledger.admit("local_health")).fromReserve, true);
+  assert.equal(admitted(ledger.admit("local_health")).fromReserve, false); // 2500 of 2500
+  refused(ledger.admit("local_health"), "byte_budget");
+  assert.equal(admitted(ledger.admit("provider_health")).fromReserve, true);
+  snap = snapshotLedger(ledger);
+  assert.equal(snap.bytes_in_use, 2000 + 500 + 2 * 500 + 200);
+  assert.equal(snap.lanes.public.overload.byte_budget, 1);
+  assert.equal(snap.lanes.local_health.overload.byte_budget, 1);
+  a.complete();
+  admitted(ledger.admit("public"));
+  assert.equal(snapshotLedger(ledger).bytes_in_use, 3700);
+});
+
+Deno.test("ledger.admit() enforces the per-connection bound through a ConnectionBudget", () => {
+  const ledger = new Ledger(profile({ per_connection: 2 }), { clock: () => 0 });
+  const conn = { active: 0 };
+  const a = admitted(ledger.admit("public", conn));
+  assert.equal(conn.active, 1);
+  admitted(ledger.admit("public", conn));
+  assert.equal(conn.active, 2);
+  const over = refused(ledger.admit("public", conn), "per_connection_limit");
+  assert.equal(overloadStatus(over.overload), 429);
+  assert.equal(conn.active, 2, "a refusal does not count against the connection");
+  const other = { active: 0 };
+  admitted(ledger.admit("public", other));
+  assert.equal(other.active, 1);
+  a.cancel();
+  assert.equal(conn.active, 1);
+  admitted(ledger.admit("local_health", conn));
+  assert.equal(conn.active, 2);
+  const snap = snapshotLedger(ledger);
+  assert.equal(snap.lanes.public.overload.per_connection_limit, 1);
+  assert.equal(snap.lanes.public.in_use, 2);
+});
+
+Deno.test("ledger.admit() spends the rate budget: burst, then refill over time", () => {
+  let now = 0;
+  const ledger = new Ledger(
+    profile({ lanes: { provider_health: { rate: { per_second: 2, burst: 2 } } } }),
+    { clock: () => now },
+  );
+  admitted(ledger.admit("provider_health")).complete();
+  admitted(ledger.admit("provider_health")).complete();
+  const over = ledger.admit("provider_health");
+  assert.deepEqual(over, { overload: "rate_budget", retryAfterMs: 500 });
+  assert.equal(overloadStatus("rate_budget"), 429);
+  now = 200;
+  assert.deepEqual(ledger.admit("provider_health"), { overload: "rate_budget", retryAfterMs: 300 });
+  now = 500;
+  admitted(ledger.admit("provider_health")).complete();
+  assert.deepEqual(ledger.admit("provider_health"), { overload: "rate_budget", retryAfterMs: 500 });
+  now = 10_000; // a long idle refills the burst, no more
+  admitted(ledger.admit("provider_health")).complete();
+  admitted(ledger.admit("provider_health")).complete();
+  assert.equal((ledger.admit("provider_health") as Overload).overload, "rate_budget");
+  const snap = snapshotLedger(ledger);
+  assert.equal(snap.lanes.provider_health.overload.rate_budget, 4);
+  assert.equal(snap.lanes.provider_health.admitted, 5);
+  assert.equal(snap.lanes.public.overload.rate_budget, 0, "lanes without a rate are not limited");
+});
+
+Deno.test("ledger.admit() answers deadline_exceeded when the clock throws or is not finite", () => {
+  const clocks: Clock[] = [
+    () => {
+      throw new Error("no clock");
+    },
+    () => NaN,
+    () => Infinity,
+  ];
+  for (const clock of clocks) {
+    const ledger = new Ledger(profile(), { clock });
+    const conn = { active: 0 };
+    const over = ledger.admit("local_health", conn);
+    refused(over, "deadline_exceeded");
+    assert.equal(overloadStatus("deadline_exceeded"), 503);
+    assert.equal(conn.active, 0);
+    const snap = snapshotLedger(ledger);
+    assert.equal(snap.lanes.local_health.overload.deadline_exceeded, 1);
+    assert.equal(snap.admitted, 0);
+    assert.equal(snap.outstanding, 0);
+    assert.equal(snap.lanes.local_health.in_use, 0);
+  }
+  assert.ok(Number.isNaN(new Ledger(profile(), { clock: clocks[0] }).now()));
+});
+
+Deno.test("ledger.admit() throws RangeError on a disabled lane", () => {
+  const ledger = new Ledger(
+    profile({ lanes: { provider_health: { enabled: false, reserve: 0 } } }),
+    { clock: () => 0 },
+  );
+  assert.throws(() => ledger.admit("provider_health"), RangeError);
+  assert.throws(() => ledger.admit("provider_health"), /"provider_health" is not enabled/);
+  const snap = snapshotLedger(ledger);
+  assert.equal(snap.lanes.provider_health.enabled, false);
+  assert.equal(snap.admitted, 0);
+  assert.equal(snap.outstanding, 0);
+  assert.deepEqual(Object.values(snap.lanes.provider_health.overload), [0, 0, 0, 0, 0, 0]);
+});
+
+Deno.test("ledger counts each overload kind on its own lane's counter", () => {
+  let now = 0;
+  let broken = false;
+  const ledger = new Ledger(
+    profile({
+      application_slots: 8, // general pool 5
+      inflight_bytes: 3700, // general bytes 2500
+      lanes: {
+        public: { max_slots: 2 },
+        provider_health: { rate: { per_second: 1, burst: 1 } },
+      },
+    }),
+    { clock: () => broken ? NaN : now },
+  );
+  admitted(ledger.admit("public"));
+  admitted(ledger.admit("public"));
+  refused(ledger.admit("public"), "lane_pool_full"); // public ceiling 2
+  refused(ledger.admit("public", { active: 2 }), "per_connection_limit");
+  for (let i = 0; i < 3; i++) admitted(ledger.admit("local_health")); // 2 reserve + 500 bytes
+  refused(ledger.admit("local_health"), "byte_budget"); // 2500 + 500 > 2500
+  admitted(ledger.admit("provider_health")); // its reserve, spends the one token
+  assert.equal(refused(ledger.admit("provider_health"), "rate_budget").retryAfterMs, 1000);
+  now = 1000;
+  refused(ledger.admit("provider_health"), "byte_budget"); // 2500 + 200 > 2500
+  broken = true;
+  refused(ledger.admit("local_health"), "deadline_exceeded");
+  const snap = snapshotLedger(ledger);
+  const zero = Object.fromEntries(OVERLOAD_KINDS.map((k) => [k, 0]));
+  assert.deepEqual(snap.lanes.public.overload, {
+    ...zero,
+    lane_pool_full: 1,
+    per_connection_limit: 1,
+  });
+  assert.deepEqual(snap.lanes.local_health.overload, {
+    ...zero,
+    byte_budget: 1,
+    deadline_exceeded: 1,
+  });
+  assert.deepEqual(snap.lanes.provider_health.overload, {
+    ...zero,
+    rate_budget: 1,
+    byte_budget: 1,
+  });
+  assert.deepEqual(
+    [snap.lanes.public.admitted, snap.lanes.local_health.admitted, snap.admitted],
+    [2, 3, 6],
+  );
+});
