@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import {
+  checkConfig,
   derivedFlags,
   freePorts,
   Gateway,
@@ -14,6 +15,7 @@ import {
   writeConfig,
 } from "../tests/fixtures/gateway.ts";
 import { request, type RequestSpec } from "../tests/fixtures/http_client.ts";
+import { connectionRefused } from "../tests/fixtures/in_process.ts";
 
 const PROBES: RequestSpec[] = [
   { path: "/healthz" },
@@ -34,15 +36,6 @@ async function observe(port: number, spec: RequestSpec): Promise<string> {
   return JSON.stringify([response.status, headers, response.body.replaceAll(id, "<id>")]);
 }
 
-async function isBound(port: number): Promise<boolean> {
-  try {
-    (await Deno.connect({ hostname: "127.0.0.1", port })).close();
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 Deno.test("proof 5: without protected listeners the public lane behaves identically", async () => {
   const [fullPublic, local, provider, alonePublic, unusedLocal, unusedProvider] = freePorts(6);
   const full = { public: fullPublic, local_health: local, provider_health: provider };
@@ -55,12 +48,9 @@ Deno.test("proof 5: without protected listeners the public lane behaves identica
     for (const spec of PROBES) {
       assert.equal(await observe(alonePublic, spec), await observe(fullPublic, spec), spec.path);
     }
-    assert.equal(await isBound(unusedLocal), false);
-    assert.equal(await isBound(unusedProvider), false);
-    const check = await runCli(["--allow-read", "--ignore-env=LOG_STREAM,LOG_TOKENS"], [
-      "check",
-      aloneDir.config,
-    ]);
+    assert.equal(await connectionRefused(unusedLocal), true);
+    assert.equal(await connectionRefused(unusedProvider), true);
+    const check = await checkConfig(aloneDir.config);
     assert.equal(check.code, 0, check.stderr);
     assert.match(check.stdout, /lane public:/);
     assert.doesNotMatch(check.stdout, /lane (local_health|provider_health)/);
@@ -86,17 +76,14 @@ for (const [name, providerListener] of ALIASES) {
     };
     const dir = await writeConfig(config);
     try {
-      const check = await runCli(["--allow-read", "--ignore-env=LOG_STREAM,LOG_TOKENS"], [
-        "check",
-        dir.config,
-      ]);
+      const check = await checkConfig(dir.config);
       assert.equal(check.code, 1);
       assert.match(check.stderr, /lane "provider_health".*overlaps lane "public"/);
       const serve = await runCli(await derivedFlags(dir.config), ["serve", dir.config]);
       assert.equal(serve.code, 1);
       assert.match(serve.stderr, /lane "provider_health".*overlaps lane "public"/);
       assert.doesNotMatch(serve.stderr, /listening/);
-      assert.equal(await isBound(publicPort), false, "nothing was bound");
+      assert.equal(await connectionRefused(publicPort), true, "nothing was bound");
     } finally {
       await Deno.remove(dir.dir, { recursive: true });
     }
@@ -111,10 +98,7 @@ Deno.test("proof 5: two lanes on one Unix socket path refuse the boot", async ()
   lanes.provider_health = { listen: [{ path: "./run/../run/lanes.sock" }] };
   const dir = await writeConfig(config);
   try {
-    const check = await runCli(["--allow-read", "--ignore-env=LOG_STREAM,LOG_TOKENS"], [
-      "check",
-      dir.config,
-    ]);
+    const check = await checkConfig(dir.config);
     assert.equal(check.code, 1);
     assert.match(check.stderr, /lane "provider_health".*overlaps lane "local_health"/);
   } finally {

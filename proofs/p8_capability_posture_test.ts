@@ -13,15 +13,7 @@ import {
   writeConfig,
 } from "../tests/fixtures/gateway.ts";
 import { request } from "../tests/fixtures/http_client.ts";
-
-async function isBound(port: number): Promise<boolean> {
-  try {
-    (await Deno.connect({ hostname: "127.0.0.1", port })).close();
-    return true;
-  } catch {
-    return false;
-  }
-}
+import { connectionRefused } from "../tests/fixtures/in_process.ts";
 
 Deno.test("proof 8: ambient or over-broad authority refuses the boot before any bind", async () => {
   const [publicPort, localPort, providerPort] = freePorts(3);
@@ -62,7 +54,7 @@ Deno.test("proof 8: ambient or over-broad authority refuses the boot before any 
       assert.match(result.stderr, /portcullis: boot refused/, name);
       assert.doesNotMatch(result.stderr, /listening on/, name);
       for (const port of [publicPort, localPort, providerPort]) {
-        assert.equal(await isBound(port), false, `${name}: port ${port} stayed unbound`);
+        assert.equal(await connectionRefused(port), true, `${name}: port ${port} stayed unbound`);
       }
     }
   } finally {

@@ -6,12 +6,19 @@
  */
 import assert from "node:assert/strict";
 import denoJson from "../deno.json" with { type: "json" };
-import { freePorts, type LanePorts, proofConfig, runCli, writeConfig } from "./fixtures/gateway.ts";
+import {
+  checkConfig,
+  freePorts,
+  type LanePorts,
+  proofConfig,
+  READ_ONLY,
+  runCli,
+  writeConfig,
+} from "./fixtures/gateway.ts";
 import type { ConfigObject } from "./fixtures/in_process.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const EXAMPLE = `${ROOT}deploy/example/config.yaml`;
-const READ_ONLY = ["--allow-read", "--ignore-env=LOG_STREAM,LOG_TOKENS"];
 
 function lanePorts(): LanePorts {
   const [p, l, h] = freePorts(3);
@@ -42,7 +49,7 @@ Deno.test("cli usage: no arguments, or too many, print the usage and exit 2", as
 });
 
 Deno.test("cli check: the example config prints a summary of lanes, ledger, tenants, flags", async () => {
-  const result = await runCli(READ_ONLY, ["check", EXAMPLE]);
+  const result = await checkConfig(EXAMPLE);
   assert.equal(result.code, 0, result.stderr);
   const out = result.stdout;
   assert.match(out, new RegExp(`^portcullis: ${EXAMPLE} is valid\n`));
@@ -68,7 +75,7 @@ Deno.test("cli check: a bad config prints every problem with file, field and val
       `  colour: blue\n`,
   );
   try {
-    const result = await runCli(READ_ONLY, ["check", dir.config]);
+    const result = await checkConfig(dir.config);
     assert.equal(result.code, 1);
     assert.equal(result.stdout, "", "no summary for an invalid config");
     const lines = linesOf(result.stderr);
@@ -106,7 +113,7 @@ Deno.test("cli check: ledger, listener and tenant-file problems are all reported
   };
   const dir = await writeConfig(config, [badTenant]);
   try {
-    const result = await runCli(READ_ONLY, ["check", dir.config]);
+    const result = await checkConfig(dir.config);
     assert.equal(result.code, 1);
     const lines = linesOf(result.stderr);
     const find = (text: string) => lines.find((line) => line.includes(text));
@@ -128,7 +135,7 @@ Deno.test("cli check: two lanes aliasing one address are refused, naming both la
   const ports = lanePorts();
   const dir = await writeConfig(proofConfig({ ...ports, provider_health: ports.public }));
   try {
-    const result = await runCli(READ_ONLY, ["check", dir.config]);
+    const result = await checkConfig(dir.config);
     assert.equal(result.code, 1);
     const alias = linesOf(result.stderr).find((line) => line.includes("overlaps"));
     assert.ok(alias, result.stderr);

@@ -7,37 +7,21 @@
 import assert from "node:assert/strict";
 import { join, relative } from "node:path";
 import { loadConfig } from "../src/config/load.ts";
+import { MINIMAL, writeConfigText } from "./fixtures/config_files.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
-/** The smallest valid config: one public listener, the ledger's three required numbers. */
-const MINIMAL = `node_id: unit-edge
-mode: local
-tenants_dir: tenants
-lanes:
-  public:
-    listen:
-      - { hostname: 127.0.0.1, port: 8080 }
-ledger: { application_slots: 16, inflight_bytes: 1048576, per_connection: 4 }
-`;
-
-/** Writes `text` as `config.yaml` in a fresh temp folder; returns the file path. */
-async function writeConfig(text: string): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "portcullis_config_" });
-  const file = join(dir, "config.yaml");
-  await Deno.writeTextFile(file, text);
-  return file;
-}
-
 Deno.test("loadConfig() resolves tenants_dir against the config file's folder", async () => {
-  const file = await writeConfig(MINIMAL.replace("tenants_dir: tenants", "tenants_dir: ./a/../t"));
+  const file = await writeConfigText(
+    MINIMAL.replace("tenants_dir: tenants", "tenants_dir: ./a/../t"),
+  );
   const config = await loadConfig(file);
   assert.equal(config.tenantsDir, join(file, "..", "t"));
 });
 
 Deno.test("loadConfig() keeps an absolute tenants_dir as written", async () => {
   const config = await loadConfig(
-    await writeConfig(MINIMAL.replace("tenants_dir: tenants", "tenants_dir: /srv/tenants")),
+    await writeConfigText(MINIMAL.replace("tenants_dir: tenants", "tenants_dir: /srv/tenants")),
   );
   assert.equal(config.tenantsDir, "/srv/tenants");
 });
@@ -48,7 +32,7 @@ Deno.test("loadConfig() keeps paths relative when the config path is relative", 
 });
 
 Deno.test("loadConfig() resolves unix socket paths against the config folder", async () => {
-  const file = await writeConfig(MINIMAL.replace(
+  const file = await writeConfigText(MINIMAL.replace(
     "ledger:",
     "  local_health:\n    listen: [{ path: run/local.sock }, { path: /run/abs.sock }]\nledger:",
   ));
@@ -60,7 +44,7 @@ Deno.test("loadConfig() resolves unix socket paths against the config folder", a
 });
 
 Deno.test("loadConfig() applies defaults for timeouts, limits and drain", async () => {
-  const config = await loadConfig(await writeConfig(MINIMAL));
+  const config = await loadConfig(await writeConfigText(MINIMAL));
   assert.deepEqual(config.timeouts, { headerMs: 10_000, idleMs: 30_000, requestMs: 300_000 });
   assert.deepEqual(config.limits, { headerBytes: 16_384, headers: 100, targetBytes: 8192 });
   assert.equal(config.drainMs, 30_000);
@@ -71,7 +55,7 @@ Deno.test("loadConfig() applies defaults for timeouts, limits and drain", async 
 
 Deno.test("loadConfig() fills the unset fields of a partly given section", async () => {
   const config = await loadConfig(
-    await writeConfig(
+    await writeConfigText(
       `${MINIMAL}timeouts: { idle_ms: 500 }\nlimits: { headers: 20 }\ndrain: {}\n`,
     ),
   );

@@ -7,36 +7,14 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { loadConfig } from "../src/config/load.ts";
 import { ConfigError, type ConfigProblem } from "../src/config/problems.ts";
+import { configErrorOf, MINIMAL, writeConfigText } from "./fixtures/config_files.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
-/** The smallest valid config: one public listener, the ledger's three required numbers. */
-const MINIMAL = `node_id: unit-edge
-mode: local
-tenants_dir: tenants
-lanes:
-  public:
-    listen:
-      - { hostname: 127.0.0.1, port: 8080 }
-ledger: { application_slots: 16, inflight_bytes: 1048576, per_connection: 4 }
-`;
-
-/** Writes `text` as `config.yaml` in a fresh temp folder; returns the file path. */
-async function writeConfig(text: string): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "portcullis_config_" });
-  const file = join(dir, "config.yaml");
-  await Deno.writeTextFile(file, text);
-  return file;
-}
-
 /** Loads `text` and returns the ConfigError it must raise. */
 async function problemsOf(text: string): Promise<{ file: string; error: ConfigError }> {
-  const file = await writeConfig(text);
-  const error = await loadConfig(file).then(
-    () => assert.fail("loadConfig() accepted a bad config"),
-    (error: unknown) => error,
-  );
-  assert.ok(error instanceof ConfigError, `expected a ConfigError, got ${error}`);
+  const file = await writeConfigText(text);
+  const error = await configErrorOf(loadConfig(file), "loadConfig() accepted a bad config");
   return { file, error };
 }
 
@@ -144,7 +122,7 @@ Deno.test("loadConfig() refuses localhost as a hostname: IP literals only", asyn
 });
 
 Deno.test("loadConfig() accepts IPv6 literals as hostnames", async () => {
-  const config = await loadConfig(await writeConfig(MINIMAL.replace("127.0.0.1", '"::1"')));
+  const config = await loadConfig(await writeConfigText(MINIMAL.replace("127.0.0.1", '"::1"')));
   assert.deepEqual(config.lanes.public?.listen, [{ kind: "tcp", hostname: "::1", port: 8080 }]);
 });
 

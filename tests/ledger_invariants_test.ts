@@ -3,9 +3,10 @@ import { LANE_NAMES, type LaneName } from "../src/ledger/lane.ts";
 import { type ConnectionBudget, Ledger } from "../src/ledger/ledger.ts";
 import { C, LedgerMemory } from "../src/ledger/memory.ts";
 import type { Overload, OverloadKind } from "../src/ledger/overload.ts";
-import { type Profile, validateProfile } from "../src/ledger/profile.ts";
+import type { Profile } from "../src/ledger/profile.ts";
 import { Reservation } from "../src/ledger/reservation.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
+import { profile as ledgerProfile } from "./fixtures/ledger.ts";
 
 /**
  * 7 slots, reserves local_health 2 + provider_health 1: general pool 4. Reserve bytes 1200, so
@@ -13,37 +14,15 @@ import { snapshotLedger } from "../src/ledger/snapshot.ts";
  * reachable. provider_health has a rate budget of 5/s, burst 2.
  */
 function profile(): Profile {
-  const result = validateProfile({
+  return ledgerProfile({
     application_slots: 7,
     inflight_bytes: 4200,
-    per_connection: 2,
     lanes: {
-      public: {
-        enabled: true,
-        reserve: 0,
-        max_connections: 8,
-        footprint_bytes: 1000,
-        deadline_ms: 300,
-      },
-      local_health: {
-        enabled: true,
-        reserve: 2,
-        max_connections: 8,
-        footprint_bytes: 500,
-        deadline_ms: 200,
-      },
-      provider_health: {
-        enabled: true,
-        reserve: 1,
-        max_connections: 8,
-        footprint_bytes: 200,
-        deadline_ms: 1000,
-        rate: { per_second: 5, burst: 2 },
-      },
+      public: { max_connections: 8, deadline_ms: 300 },
+      local_health: { max_connections: 8, deadline_ms: 200 },
+      provider_health: { max_connections: 8, rate: { per_second: 5, burst: 2 } },
     },
   });
-  if (!result.ok) throw new Error(`bad test profile: ${JSON.stringify(result.problems)}`);
-  return result.profile;
 }
 
 /** A seeded PRNG (mulberry32), so every run takes the same path. */

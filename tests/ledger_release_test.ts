@@ -1,50 +1,8 @@
 import assert from "node:assert/strict";
 import { Ledger } from "../src/ledger/ledger.ts";
-import { type Overload, OVERLOAD_KINDS, overloadStatus } from "../src/ledger/overload.ts";
-import { type Profile, validateProfile } from "../src/ledger/profile.ts";
-import { Reservation } from "../src/ledger/reservation.ts";
+import { OVERLOAD_KINDS, overloadStatus } from "../src/ledger/overload.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
-
-/** 6 slots, reserves local_health 2 + provider_health 1, general pool 3. */
-function profile(): Profile {
-  const result = validateProfile({
-    application_slots: 6,
-    inflight_bytes: 1_000_000,
-    per_connection: 2,
-    lanes: {
-      public: {
-        enabled: true,
-        reserve: 0,
-        max_connections: 2,
-        footprint_bytes: 1000,
-        deadline_ms: 100,
-      },
-      local_health: {
-        enabled: true,
-        reserve: 2,
-        max_connections: 1,
-        footprint_bytes: 500,
-        deadline_ms: 50,
-      },
-      provider_health: {
-        enabled: true,
-        reserve: 1,
-        max_connections: 3,
-        footprint_bytes: 200,
-        deadline_ms: 1000,
-      },
-    },
-  });
-  if (!result.ok) throw new Error(`bad test profile: ${JSON.stringify(result.problems)}`);
-  return result.profile;
-}
-
-function admitted(result: Reservation | Overload): Reservation {
-  if (!(result instanceof Reservation)) {
-    assert.fail(`expected admission, got ${JSON.stringify(result)}`);
-  }
-  return result;
-}
+import { admitted, profile } from "./fixtures/ledger.ts";
 
 /** The gauges a release may change. */
 function gauges(ledger: Ledger) {

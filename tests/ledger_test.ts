@@ -1,72 +1,8 @@
 import assert from "node:assert/strict";
-import type { LaneName } from "../src/ledger/lane.ts";
 import { type Clock, Ledger } from "../src/ledger/ledger.ts";
 import { type Overload, OVERLOAD_KINDS, overloadStatus } from "../src/ledger/overload.ts";
-import { type LaneProfileInput, type Profile, validateProfile } from "../src/ledger/profile.ts";
-import { Reservation } from "../src/ledger/reservation.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
-
-interface Shape {
-  application_slots?: number;
-  inflight_bytes?: number;
-  per_connection?: number;
-  lanes?: Partial<Record<LaneName, Partial<LaneProfileInput>>>;
-}
-
-/**
- * Default: 6 slots, reserves local_health 2 + provider_health 1, so a general pool of 3;
- * ceilings public 3, local_health 4, provider_health 2.
- */
-function profile(shape: Shape = {}): Profile {
-  const lane = (name: LaneName, defaults: LaneProfileInput) => ({
-    ...defaults,
-    ...shape.lanes?.[name],
-  });
-  const result = validateProfile({
-    application_slots: shape.application_slots ?? 6,
-    inflight_bytes: shape.inflight_bytes ?? 1_000_000,
-    per_connection: shape.per_connection ?? 2,
-    lanes: {
-      public: lane("public", {
-        enabled: true,
-        reserve: 0,
-        max_connections: 2,
-        footprint_bytes: 1000,
-        deadline_ms: 100,
-      }),
-      local_health: lane("local_health", {
-        enabled: true,
-        reserve: 2,
-        max_connections: 1,
-        footprint_bytes: 500,
-        deadline_ms: 50,
-      }),
-      provider_health: lane("provider_health", {
-        enabled: true,
-        reserve: 1,
-        max_connections: 3,
-        footprint_bytes: 200,
-        deadline_ms: 1000,
-      }),
-    },
-  });
-  if (!result.ok) throw new Error(`bad test profile: ${JSON.stringify(result.problems)}`);
-  return result.profile;
-}
-
-function admitted(result: Reservation | Overload): Reservation {
-  if (!(result instanceof Reservation)) {
-    assert.fail(`expected admission, got ${JSON.stringify(result)}`);
-  }
-  return result;
-}
-
-function refused(result: Reservation | Overload, kind: Overload["overload"]): Overload {
-  if (result instanceof Reservation) assert.fail(`expected ${kind}, got an admission`);
-  assert.equal(result.overload, kind);
-  if (kind !== "rate_budget") assert.deepEqual(result, { overload: kind });
-  return result;
-}
+import { admitted, profile, refused } from "./fixtures/ledger.ts";
 
 Deno.test("ledger.admit() takes a protected lane's reserve first, then the general pool", () => {
   let now = 0;

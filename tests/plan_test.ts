@@ -8,8 +8,9 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { LANES } from "../lanes/mod.ts";
 import { loadConfig } from "../src/config/load.ts";
-import { ConfigError } from "../src/config/problems.ts";
+import type { ConfigError } from "../src/config/problems.ts";
 import { planEdge } from "../src/edge/plan.ts";
+import { configErrorOf } from "./fixtures/config_files.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
@@ -44,13 +45,8 @@ async function planOf(text: string, tenants: Record<string, string> = {}) {
 }
 
 /** Plans `text` and returns the ConfigError it must raise. */
-async function refusal(text: string, tenants: Record<string, string> = {}): Promise<ConfigError> {
-  const error = await planOf(text, tenants).then(
-    () => assert.fail("planEdge() accepted a bad config"),
-    (error: unknown) => error,
-  );
-  assert.ok(error instanceof ConfigError, `expected a ConfigError, got ${error}`);
-  return error;
+function refusal(text: string, tenants: Record<string, string> = {}): Promise<ConfigError> {
+  return configErrorOf(planOf(text, tenants), "planEdge() accepted a bad config");
 }
 
 Deno.test("planEdge() plans the example config: three lanes, profile, tenants, grants", async () => {

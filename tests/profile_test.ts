@@ -6,39 +6,24 @@ import {
   type ProfileProblem,
   validateProfile,
 } from "../src/ledger/profile.ts";
+import { profileInput, profileOf } from "./fixtures/ledger.ts";
 
 /** A valid profile: general pool 8 − (2 + 1) = 5, reserve bytes 2×500 + 1×200 = 1200. */
 function base(): ProfileInput {
-  return {
+  return profileInput({
     application_slots: 8,
     inflight_bytes: 100_000,
     per_connection: 4,
     lanes: {
-      public: {
-        enabled: true,
-        reserve: 0,
-        max_connections: 16,
-        footprint_bytes: 1000,
-        deadline_ms: 1000,
-      },
-      local_health: {
-        enabled: true,
-        reserve: 2,
-        max_connections: 4,
-        footprint_bytes: 500,
-        deadline_ms: 500,
-      },
+      public: { max_connections: 16, deadline_ms: 1000 },
+      local_health: { max_connections: 4, deadline_ms: 500 },
       provider_health: {
-        enabled: true,
-        reserve: 1,
         max_connections: 8,
-        footprint_bytes: 200,
-        deadline_ms: 1000,
         rate: { per_second: 20, burst: 40 },
         rate_required: true,
       },
     },
-  };
+  });
 }
 
 function withLane(
@@ -61,12 +46,6 @@ function problemAt(input: ProfileInput, path: (string | number)[], why: RegExp):
   assert.equal(found.length, 1, `expected one problem matching ${why}`);
   assert.deepEqual(found[0].path, path);
   return found[0];
-}
-
-function profileOf(input: ProfileInput) {
-  const result = validateProfile(input);
-  if (!result.ok) throw new Error(`unexpected problems: ${JSON.stringify(result.problems)}`);
-  return result.profile;
 }
 
 Deno.test("validateProfile() accepts the base profile", () => {

@@ -7,28 +7,14 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ConfigError } from "../src/config/problems.ts";
 import { blockReply } from "../src/proxy/dataplane.ts";
 import { loadTenants } from "../src/proxy/tenants.ts";
 import type { RequestContext } from "../src/server/lane.ts";
-
-/** Writes each file into a fresh tenants folder; returns the folder. */
-async function tenantsDir(files: Record<string, string>): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "portcullis_tenants_" });
-  for (const [name, text] of Object.entries(files)) {
-    await Deno.mkdir(join(dir, name, ".."), { recursive: true });
-    await Deno.writeTextFile(join(dir, name), text);
-  }
-  return dir;
-}
+import { configErrorOf, tenantsDir } from "./fixtures/config_files.ts";
 
 /** Loads the folder and returns the problems it must be refused with. */
 async function problemsOf(dir: string) {
-  const error = await loadTenants(dir).then(
-    () => assert.fail("loadTenants() accepted a bad tenant set"),
-    (error: unknown) => error,
-  );
-  assert.ok(error instanceof ConfigError, `expected a ConfigError, got ${error}`);
+  const error = await configErrorOf(loadTenants(dir), "loadTenants() accepted a bad tenant set");
   return error.problems.map((p) => [p.path.join("."), p.value, p.message]);
 }
 
