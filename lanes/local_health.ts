@@ -1,6 +1,6 @@
 /**
  * The `local_health` lane: loopback or a Unix socket only. Serves readiness, status, the ledger
- * counters, `/metrics` and the drain operation, from a private reserve the public lane can never
+ * counters, the egress pool, `/metrics` and the drain operation, from a private reserve the public lane can never
  * touch.
  *
  * @module
@@ -70,12 +70,20 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       },
     },
     {
+      path: "/v1/egress",
+      methods: READ,
+      handle: function egress(_context, services) {
+        return jsonReply(services.egress.snapshot());
+      },
+    },
+    {
       path: "/metrics",
       methods: READ,
       handle: function metrics(context, services) {
         const text = renderMetrics(
           snapshotLedger(services.ledger, context.ticket),
           services.stats,
+          services.egress.snapshot(),
           {
             version: services.version,
             draining: services.state.draining,

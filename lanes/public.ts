@@ -31,7 +31,7 @@ export const publicLane: LaneDescriptor<EdgeServices> = {
     },
   ],
   dataplane: function tenantDataplane(context, services) {
-    return serveTenant(context, services.tenants());
+    return serveTenant(context, services);
   },
   drains: true,
 };

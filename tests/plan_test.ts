@@ -62,6 +62,7 @@ Deno.test("planEdge() plans the example config: three lanes, profile, tenants, g
     "/readyz",
     "/v1/health",
     "/v1/ledger",
+    "/v1/egress",
     "/metrics",
     "/v1/drain",
   ]);

@@ -5,7 +5,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { type Action, namesNoPath, placeholders, runAction } from "../src/proxy/actions.ts";
+import { type LocalAction, namesNoPath, placeholders, runAction } from "../src/proxy/actions.ts";
 import { parsePath, type PathPattern, type RouteEntry, RouteTable } from "../src/proxy/routes.ts";
 import type { RequestHead } from "../src/server/request_head.ts";
 
@@ -25,6 +25,7 @@ function route(
   }
   return {
     name,
+    index: 0,
     pattern,
     methods: criteria.methods ? new Set(criteria.methods) : undefined,
     host: criteria.host,
@@ -155,12 +156,12 @@ const HEAD: RequestHead = {
 };
 
 /** A redirect action as `compileTenants` builds it. */
-function redirect(location: string, status = 302): Action {
+function redirect(location: string, status = 302): LocalAction {
   return { kind: "redirect", status, location, keepPath: namesNoPath(location) };
 }
 
 Deno.test("runAction() answers respond with its status, headers and body", () => {
-  const action: Action = {
+  const action: LocalAction = {
     kind: "respond",
     status: 201,
     headers: { "content-type": "text/plain" },

@@ -184,16 +184,40 @@ Deno.test("loadTenants() requires redirect placeholders to be path parameters", 
   ]);
 });
 
-Deno.test("loadTenants() refuses the proxy action with a clear message", async () => {
-  const { problems, error } = await refusal({
-    "a.example.yaml": tenant("a.example", "  - match: { prefix: / }\n    proxy: { pool: tor }\n"),
+Deno.test("loadTenants() names every problem of a proxy action", async () => {
+  const { problems } = await refusal({
+    "a.example.yaml": tenant(
+      "a.example",
+      "  - match: { prefix: / }\n    proxy: { pool: tor }\n" +
+        "  - match: { prefix: /b }\n    proxy: { backends: [{ url: 'https://x.onion' }] }\n" +
+        "  - match: { prefix: /c }\n    proxy: { backends: [{ url: 'http://x.onion/base' }] }\n" +
+        "  - match: { prefix: /d }\n    proxy:\n      backends: [{ url: 'http://x.onion' }]\n" +
+        "      rewrite: { strip_prefix: /d, replace: /e }\n" +
+        "  - match: { prefix: /f }\n    proxy:\n      backends: [{ url: 'http://x.onion' }]\n" +
+        "      rewrite: { regex: '^/f/(.*)$', to: '/$2' }\n",
+    ),
   });
-  assert.deepEqual(problems.map((p) => [p.path.join("."), p.message, p.at]), [[
-    "routes.0.proxy",
-    "The proxy action arrives with SOCKS egress; use respond or redirect",
-    "4:12",
-  ]]);
-  assert.match(error.message, /a\.example\.yaml:4:12: routes\[0\]\.proxy: The proxy action/);
+  const backendUrl =
+    "Expected http://host[:port] with no path (use rewrite to change paths; https backends are not supported yet)";
+  assert.deepEqual(problems.map((p) => [p.path.join("."), p.message]), [
+    ["routes.0.proxy.backends", "Required field is missing"],
+    ["routes.0.proxy.pool", "Unknown field (a typo? unknown fields are refused, never ignored)"],
+    ["routes.1.proxy.backends.0.url", backendUrl],
+    ["routes.2.proxy.backends.0.url", backendUrl],
+  ]);
+  const second = await refusal({
+    "a.example.yaml": tenant(
+      "a.example",
+      "  - match: { prefix: /d }\n    proxy:\n      backends: [{ url: 'http://x.onion' }]\n" +
+        "      rewrite: { strip_prefix: /d, replace: /e }\n" +
+        "  - match: { prefix: /f }\n    proxy:\n      backends: [{ url: 'http://x.onion' }]\n" +
+        "      rewrite: { regex: '^/f/(.*)$', to: '/$2' }\n",
+    ),
+  });
+  assert.deepEqual(second.problems.map((p) => [p.path.join("."), p.message]), [
+    ["routes.0.proxy.rewrite", "Give exactly one of strip_prefix, replace and regex"],
+    ["routes.1.proxy.rewrite", "Group $2 is not in the regex"],
+  ]);
 });
 
 Deno.test("loadTenants() requires exactly one action per route", async () => {
@@ -205,7 +229,7 @@ Deno.test("loadTenants() requires exactly one action per route", async () => {
     ),
   });
   assert.deepEqual(problems.map((p) => [p.path.join("."), p.message]), [
-    ["routes.0", "Give exactly one action: respond or redirect"],
-    ["routes.1", "Give exactly one action: respond or redirect"],
+    ["routes.0", "Give exactly one action: respond, redirect or proxy"],
+    ["routes.1", "Give exactly one action: respond, redirect or proxy"],
   ]);
 });

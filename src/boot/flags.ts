@@ -1,7 +1,7 @@
 /**
  * The permission flags a config needs, derived from the config alone: net for each listener (a
- * Unix socket is `unix:<path>` plus read and write on the path), read for the config file and the
- * tenants folder. Nothing else — no env, no run, no ffi, no unscoped anything. The `yaml` parser
+ * Unix socket is `unix:<path>` plus read and write on the path), for each SOCKS instance and each
+ * `direct` upstream, and read for the config file and the tenants folder. Nothing else — no env, no run, no ffi, no unscoped anything. The `yaml` parser
  * looks at two debug variables (`LOG_STREAM`, `LOG_TOKENS`); `--ignore-env` makes those reads
  * return undefined without granting any environment access.
  *
@@ -36,6 +36,13 @@ export function requiredGrants(config: EdgeConfig): Grant[] {
         grants.push({ name: "write", value: address.path, purpose });
       }
     }
+  }
+  for (const socks of config.egress.socks) {
+    const address = formatAddress({ kind: "tcp", hostname: socks.hostname, port: socks.port });
+    grants.push({ name: "net", value: address, purpose: "SOCKS instance" });
+  }
+  for (const target of config.egress.direct) {
+    grants.push({ name: "net", value: target, purpose: "direct upstream" });
   }
   grants.push({ name: "read", value: config.file, purpose: "config file" });
   grants.push({ name: "read", value: config.tenantsDir, purpose: "tenants folder" });

@@ -5,6 +5,8 @@
  * @module
  */
 import * as v from "valibot";
+import { parseCidr } from "../proxy/cidr.ts";
+import { EgressSchema } from "./egress_schema.ts";
 import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
 
 const TcpListener = v.strictObject({ hostname: IpLiteral, port: Port });
@@ -76,6 +78,21 @@ export const BootstrapSchema = v.strictObject({
     v.strictObject({ timeout_ms: v.optional(wholeNumber(0, 600_000), 30_000) }),
     {},
   ),
+  /** Peers whose X-Forwarded-For is believed (CIDRs); empty trusts nobody. */
+  trusted_proxies: v.optional(
+    v.array(
+      v.pipe(
+        v.string("Expected a CIDR such as 10.0.0.0/8"),
+        v.check(
+          (text) => typeof parseCidr(text) !== "string",
+          "Expected a CIDR such as 10.0.0.0/8",
+        ),
+      ),
+      "Expected a list of CIDRs",
+    ),
+    [],
+  ),
+  egress: EgressSchema,
   ledger: v.strictObject({
     application_slots: wholeNumber(1),
     inflight_bytes: wholeNumber(1),

@@ -7,6 +7,7 @@
 import { dirname, join, normalize } from "node:path";
 import type { LaneName } from "../ledger/lane.ts";
 import { BootstrapSchema, type LaneLedgerConfig } from "./bootstrap.ts";
+import type { EgressConfig } from "./egress_schema.ts";
 import { ConfigError } from "./problems.ts";
 import { validateFile } from "./validate.ts";
 import { readYaml, type YamlFile } from "./yaml_file.ts";
@@ -43,6 +44,9 @@ export interface EdgeConfig {
     readonly targetBytes: number;
   };
   readonly drainMs: number;
+  /** CIDRs whose X-Forwarded-For is believed. */
+  readonly trustedProxies: readonly string[];
+  readonly egress: EgressConfig;
   readonly ledger: {
     readonly application_slots: number;
     readonly inflight_bytes: number;
@@ -97,6 +101,8 @@ export async function loadConfig(file: string): Promise<EdgeConfig> {
       targetBytes: raw.limits.target_bytes,
     },
     drainMs: raw.drain.timeout_ms,
+    trustedProxies: raw.trusted_proxies,
+    egress: raw.egress,
     ledger: raw.ledger,
     source,
   };

@@ -41,6 +41,17 @@ export const FRAMING_HEADERS = new Set([
   "x-request-id",
 ]);
 
+const HeaderNameAny = v.pipe(
+  v.string(),
+  v.regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, "Expected an HTTP header name"),
+);
+
+/** A match criterion: `true` for presence, or the exact value. */
+const Criterion = v.union(
+  [v.literal(true), v.string()],
+  "Expected true (present) or the exact value as text",
+);
+
 const Match = v.strictObject({
   /** Exact path, or a template with whole-segment `{name}` parameters. */
   path: v.optional(
@@ -60,6 +71,12 @@ const Match = v.strictObject({
     ),
   ),
   host: v.optional(HostName),
+  /** Request headers that must be present (`true`) or equal a value. */
+  headers: v.optional(v.record(HeaderNameAny, Criterion)),
+  /** Query parameters that must be present (`true`) or equal a value. */
+  query: v.optional(v.record(v.pipe(v.string(), v.minLength(1)), Criterion)),
+  /** Cookies that must be present (`true`) or equal a value. */
+  cookies: v.optional(v.record(v.pipe(v.string(), v.minLength(1)), Criterion)),
 });
 
 const Respond = v.strictObject({
@@ -84,6 +101,45 @@ const Redirect = v.strictObject({
   ),
 });
 
+/** A backend: `http://host[:port]` (an `.onion` name or any host the egress can reach). */
+const Backend = v.strictObject({
+  url: v.pipe(
+    v.string("Expected a URL"),
+    v.regex(
+      /^http:\/\/(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(?::\d{1,5})?\/?$/,
+      "Expected http://host[:port] with no path (use rewrite to change paths; https backends are not supported yet)",
+    ),
+  ),
+  weight: v.optional(wholeNumber(1, 1000, "a weight"), 1),
+});
+
+const Rewrite = v.strictObject({
+  /** Remove this prefix from the path. */
+  strip_prefix: v.optional(
+    v.pipe(v.string("Expected a path prefix"), v.startsWith("/", "A prefix starts with '/'")),
+  ),
+  /** Replace the whole path (`{name}` placeholders take path parameters). */
+  replace: v.optional(
+    v.pipe(v.string("Expected a path"), v.startsWith("/", "A path starts with '/'")),
+  ),
+  /** A regular expression over the path… */
+  regex: v.optional(v.pipe(v.string("Expected a regular expression"), v.minLength(1))),
+  /** …replaced by this (`$1` and `${name}` take groups). */
+  to: v.optional(v.string("Expected the replacement path")),
+});
+
+const Proxy = v.strictObject({
+  backends: v.pipe(
+    v.array(Backend, "Expected a list of backends"),
+    v.minLength(1, "A proxy route needs at least one backend"),
+  ),
+  rewrite: v.optional(Rewrite),
+  /** Attempts in all (first try included), for retry-eligible methods. */
+  attempts: v.optional(wholeNumber(1, 10, "a number of attempts"), 3),
+  /** Also retry POST (only safe when the upstream makes POST idempotent). */
+  retry_post: v.optional(v.boolean("Expected true or false"), false),
+});
+
 const Route = v.strictObject({
   name: v.optional(
     v.pipe(v.string(), v.regex(/^[A-Za-z0-9._-]{1,64}$/, "Expected 1-64 letters, digits, . _ -")),
@@ -91,8 +147,7 @@ const Route = v.strictObject({
   match: Match,
   respond: v.optional(Respond),
   redirect: v.optional(Redirect),
-  /** Reserved for the proxy action (SOCKS egress); refused with a clear message until then. */
-  proxy: v.optional(v.unknown()),
+  proxy: v.optional(Proxy),
 });
 
 /** The tenant file schema. */
@@ -114,3 +169,5 @@ export const TenantSchema = v.strictObject({
 export type TenantDocument = v.InferOutput<typeof TenantSchema>;
 /** One route as validated. */
 export type RouteDocument = TenantDocument["routes"][number];
+/** A proxy action as validated. */
+export type ProxyDocument = NonNullable<RouteDocument["proxy"]>;

@@ -20,6 +20,9 @@ import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane.ts";
 import { type Clock, Ledger } from "../ledger/ledger.ts";
 import { ResponseStats } from "../observe/stats.ts";
+import { Egress } from "../egress/egress.ts";
+import { egressSettings } from "../egress/settings.ts";
+import { AddressSet } from "../proxy/cidr.ts";
 import { createLaneServer } from "../server/lane_server.ts";
 import type { EdgePlan } from "./plan.ts";
 import type { EdgeServices, EdgeState } from "./services.ts";
@@ -40,8 +43,10 @@ export class BootError extends Error {
 /** Options for {@link startEdge}. */
 export interface EdgeOptions {
   readonly version: string;
-  /** The ledger's clock (tests inject one). */
+  /** The clock of the ledger and the egress (tests inject one). */
   readonly clock?: Clock;
+  /** Randomness for backend weights and backoff jitter (tests inject one). */
+  readonly random?: () => number;
   /** Where boot and drain lines go; defaults to stderr. */
   readonly log?: (line: string) => void;
 }
@@ -78,7 +83,9 @@ export async function startEdge(
   options: EdgeOptions,
 ): Promise<Edge> {
   const log = options.log ?? ((line: string) => console.error(line));
-  const ledger = new Ledger(plan.profile, { clock: options.clock });
+  const clock = options.clock ?? (() => performance.timeOrigin + performance.now());
+  const ledger = new Ledger(plan.profile, { clock });
+  const egress = new Egress(egressSettings(plan.config.egress), clock, options.random);
   const state: EdgeState = { ready: false, draining: false };
   let armed = false;
   let stopping: Promise<void> | undefined;
@@ -95,6 +102,10 @@ export async function startEdge(
     state,
     tenants: () => tenants,
     drain: () => drain(),
+    egress,
+    trusted: AddressSet.of(plan.config.trustedProxies),
+    clock,
+    log,
   };
   const limits = {
     ...plan.config.timeouts,
@@ -165,6 +176,7 @@ export async function startEdge(
   async function shutdown(): Promise<void> {
     state.ready = false;
     await Promise.all(listening.map((grant) => closeServer(grant)));
+    egress.close();
     resolveFinished();
   }
 

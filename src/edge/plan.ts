@@ -101,6 +101,15 @@ export async function planEdge<S>(
     );
   }
 
+  const breaker = config.egress.breaker;
+  if (breaker.min_samples > breaker.window) {
+    problem(
+      ["egress", "breaker", "min_samples"],
+      breaker.min_samples,
+      `A breaker that needs more samples than its window (${breaker.window}) could never open`,
+    );
+  }
+
   let tenants: TenantRegistry | undefined;
   try {
     tenants = await loadTenants(config.tenantsDir);
@@ -108,6 +117,30 @@ export async function planEdge<S>(
     if (!(error instanceof ConfigError)) throw error;
     problems.push(...error.problems);
   }
+  if (tenants) problems.push(...checkReach(config, tenants));
   if (problems.length > 0 || !checked.ok || !tenants) throw new ConfigError(problems);
   return { config, profile: checked.profile, lanes, tenants, grants: requiredGrants(config) };
+}
+
+/** Every proxy backend must have a way out: `egress.direct` lists it, or a SOCKS pool exists. */
+function checkReach(config: EdgeConfig, tenants: TenantRegistry): ConfigProblem[] {
+  const direct = new Set(config.egress.direct.map((target) => target.toLowerCase()));
+  const socks = config.egress.socks.length > 0;
+  const problems: ConfigProblem[] = [];
+  for (const tenant of tenants.tenants) {
+    for (const route of tenant.routeList) {
+      if (route.action.kind !== "proxy") continue;
+      route.action.backends.forEach((backend, b) => {
+        if (socks || direct.has(backend.target)) return;
+        problems.push({
+          file: tenant.file,
+          path: ["routes", route.index, "proxy", "backends", b, "url"],
+          value: `http://${backend.authority}`,
+          message: `No way out to ${backend.target}: list it in egress.direct of ${config.file}, ` +
+            "or configure egress.socks",
+        });
+      });
+    }
+  }
+  return problems;
 }

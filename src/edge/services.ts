@@ -4,8 +4,10 @@
  *
  * @module
  */
+import type { Egress } from "../egress/egress.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { ResponseStats } from "../observe/stats.ts";
+import type { AddressSet } from "../proxy/cidr.ts";
 import type { TenantRegistry } from "../proxy/tenants.ts";
 
 /** Lifecycle flags of a running edge. */
@@ -29,4 +31,12 @@ export interface EdgeServices {
   tenants(): TenantRegistry;
   /** Starts draining (idempotent); resolves when the edge has stopped. */
   drain(): Promise<void>;
+  /** The way out: SOCKS pool, direct allowlist, breakers, retries. */
+  readonly egress: Egress;
+  /** Peers whose X-Forwarded-For is believed. */
+  readonly trusted: AddressSet;
+  /** The monotonic clock (ms) the ledger and egress share. */
+  readonly clock: () => number;
+  /** Diagnostics (stderr by default). */
+  readonly log: (line: string) => void;
 }

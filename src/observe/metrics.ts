@@ -7,6 +7,7 @@
 import { LANE_NAMES } from "../ledger/lane.ts";
 import { OVERLOAD_KINDS } from "../ledger/overload.ts";
 import type { LedgerSnapshot } from "../ledger/snapshot.ts";
+import type { EgressSnapshot } from "../egress/egress.ts";
 import { type ResponseStats, STATUS_CLASSES } from "./stats.ts";
 
 /** Edge-level facts rendered beside the ledger. */
@@ -22,11 +23,13 @@ export interface EdgeFacts {
  *
  * @param ledger a ledger snapshot
  * @param stats the response counters
+ * @param egress the egress pool state
  * @param facts version and lifecycle state
  */
 export function renderMetrics(
   ledger: LedgerSnapshot,
   stats: ResponseStats,
+  egress: EgressSnapshot,
   facts: EdgeFacts,
 ): string {
   const out: string[] = [];
@@ -160,5 +163,60 @@ export function renderMetrics(
     "Malformed or timed-out request heads.",
     perLane((l) => stats.read(l).protocol_errors),
   );
+  const perInstance = (
+    pick: (i: EgressSnapshot["instances"][number]) => number,
+  ): [string, number][] =>
+    egress.instances.map((instance) => [`{instance="${instance.address}"}`, pick(instance)]);
+  family(
+    "egress_instance_open",
+    "gauge",
+    "1 when the SOCKS instance's breaker is not closed.",
+    perInstance((i) => i.state === "closed" ? 0 : 1),
+  );
+  family(
+    "egress_instance_active",
+    "gauge",
+    "Attempts in flight per SOCKS instance.",
+    perInstance((i) => i.active),
+  );
+  family(
+    "egress_instance_latency_ms",
+    "gauge",
+    "Smoothed time to response headers per SOCKS instance.",
+    perInstance((i) => Math.round(i.latency_ms)),
+  );
+  family(
+    "egress_instance_error_rate",
+    "gauge",
+    "Failure share in the breaker window per SOCKS instance.",
+    perInstance((i) => i.error_rate),
+  );
+  family(
+    "egress_instance_requests_total",
+    "counter",
+    "Attempts per SOCKS instance.",
+    perInstance((i) => i.requests),
+  );
+  family(
+    "egress_instance_failures_total",
+    "counter",
+    "Failed attempts per SOCKS instance.",
+    perInstance((i) => i.failures),
+  );
+  family(
+    "egress_instance_opens_total",
+    "counter",
+    "Times the breaker opened per SOCKS instance.",
+    perInstance((i) => i.opens),
+  );
+  family("egress_cold_backends", "gauge", "Backends in the negative cache.", [[
+    "",
+    egress.cold_backends.length,
+  ]]);
+  family("egress_retries_total", "counter", "Retries sent.", [["", egress.retries]]);
+  family("egress_retry_budget_refusals_total", "counter", "Retries the rolling budget refused.", [[
+    "",
+    egress.retry_budget_refusals,
+  ]]);
   return out.join("\n") + "\n";
 }

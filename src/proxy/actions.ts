@@ -6,10 +6,42 @@
  * @module
  */
 import type { Reply } from "../server/reply.ts";
+import type { Rewriter } from "./rewrite.ts";
 import type { RequestHead } from "../server/request_head.ts";
+
+/** A proxy backend, parsed from its URL. */
+export interface Backend {
+  /** `http://authority`, lower case: the negative-cache key. */
+  readonly key: string;
+  /** Host name or IP literal (no brackets). */
+  readonly hostname: string;
+  readonly port: number;
+  /** `host[:port]` as written: the upstream Host header. */
+  readonly authority: string;
+  /** `host:port` (IPv6 in brackets), as `egress.direct` and `--allow-net` spell it. */
+  readonly target: string;
+  readonly weight: number;
+}
+
+/** The proxy action: where to send the request and how hard to try. */
+export interface ProxyAction {
+  readonly kind: "proxy";
+  readonly backends: readonly Backend[];
+  readonly rewrite?: Rewriter;
+  /** Attempts in all for retry-eligible methods. */
+  readonly attempts: number;
+  readonly retryPost: boolean;
+  /** For the injected context headers. */
+  readonly tenant: string;
+  readonly route: string;
+}
+
+/** An action the gateway answers itself. */
+export type LocalAction = Exclude<Action, ProxyAction>;
 
 /** A compiled route action. */
 export type Action =
+  | ProxyAction
   | {
     readonly kind: "respond";
     readonly status: number;
@@ -54,7 +86,7 @@ export function placeholders(location: string): string[] {
  * ```
  */
 export function runAction(
-  action: Action,
+  action: LocalAction,
   head: RequestHead,
   params: Readonly<Record<string, string>>,
 ): Reply {

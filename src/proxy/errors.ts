@@ -25,6 +25,9 @@ export type FailureKind =
   | "tenant_blocked"
   | "draining"
   | "not_ready"
+  | "upstream_unreachable"
+  | "upstream_failed"
+  | "upstream_timeout"
   | "internal_error";
 
 interface KindInfo {
@@ -70,6 +73,21 @@ const KINDS: Record<FailureKind, KindInfo> = {
   tenant_blocked: { status: 404, source: "client", message: "This site is not available" },
   draining: { status: 503, source: "internal", message: "The gateway is shutting down" },
   not_ready: { status: 503, source: "internal", message: "The gateway is not ready" },
+  upstream_unreachable: {
+    status: 502,
+    source: "upstream",
+    message: "The upstream could not be reached",
+  },
+  upstream_failed: {
+    status: 502,
+    source: "upstream",
+    message: "The upstream broke off the exchange",
+  },
+  upstream_timeout: {
+    status: 504,
+    source: "upstream",
+    message: "The upstream did not answer in time",
+  },
   internal_error: { status: 500, source: "internal", message: "The gateway failed internally" },
 };
 

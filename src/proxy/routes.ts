@@ -19,13 +19,42 @@ export type PathPattern =
 /** A route ready to match. */
 export interface RouteEntry<A> {
   readonly name: string;
+  /** Position in the tenant file's `routes` list. */
+  readonly index: number;
   readonly pattern: PathPattern;
   /** Allowed methods; undefined allows every method. */
   readonly methods?: ReadonlySet<string>;
   /** Only requests for this host (one of the tenant's names); undefined allows all. */
   readonly host?: string;
+  /** Header, query and cookie conditions, all of which must hold. */
+  readonly criteria?: Criteria;
   readonly action: A;
 }
+
+/** One condition: a name that must be present (`true`) or carry exactly this value. */
+export type Condition = readonly [name: string, want: true | string];
+
+/** Header (lower-case names), query and cookie conditions of a route. */
+export interface Criteria {
+  readonly headers: readonly Condition[];
+  readonly query: readonly Condition[];
+  readonly cookies: readonly Condition[];
+}
+
+/** What criteria are checked against; each lookup is computed on first use. */
+export interface RequestFacts {
+  /** A header by lower-case name (repeated headers joined with ", "). */
+  header(name: string): string | undefined;
+  /** A query parameter ("" when present without a value). */
+  query(name: string): string | undefined;
+  cookie(name: string): string | undefined;
+}
+
+const NO_FACTS: RequestFacts = {
+  header: () => undefined,
+  query: () => undefined,
+  cookie: () => undefined,
+};
 
 /** A successful lookup. */
 export interface RouteMatch<A> {
@@ -99,21 +128,27 @@ export class RouteTable<A> {
    * @param method the request method
    * @param path the raw request path
    * @param host the normalised request host
+   * @param facts headers, query and cookies, for routes with criteria
    */
-  match(method: string, path: string, host: string): RouteMatch<A> | undefined {
+  match(
+    method: string,
+    path: string,
+    host: string,
+    facts: RequestFacts = NO_FACTS,
+  ): RouteMatch<A> | undefined {
     for (const route of this.#exact.get(path) ?? []) {
-      if (accepts(route, method, host)) return { route, params: NO_PARAMS };
+      if (accepts(route, method, host, facts)) return { route, params: NO_PARAMS };
     }
     if (this.#templates.length > 0) {
       const segments = path.split("/").slice(1);
       for (const template of this.#templates) {
-        if (!accepts(template.route, method, host)) continue;
+        if (!accepts(template.route, method, host, facts)) continue;
         const params = matchTemplate(template.segments, segments);
         if (params) return { route: template.route, params };
       }
     }
     for (const { route, prefix } of this.#prefixes) {
-      if (path.startsWith(prefix) && accepts(route, method, host)) {
+      if (path.startsWith(prefix) && accepts(route, method, host, facts)) {
         return { route, params: NO_PARAMS };
       }
     }
@@ -121,8 +156,29 @@ export class RouteTable<A> {
   }
 }
 
-function accepts<A>(route: RouteEntry<A>, method: string, host: string): boolean {
-  return (!route.methods || route.methods.has(method)) && (!route.host || route.host === host);
+function accepts<A>(
+  route: RouteEntry<A>,
+  method: string,
+  host: string,
+  facts: RequestFacts,
+): boolean {
+  if (route.methods && !route.methods.has(method)) return false;
+  if (route.host && route.host !== host) return false;
+  const criteria = route.criteria;
+  return !criteria ||
+    (holds(criteria.headers, facts.header) && holds(criteria.query, facts.query) &&
+      holds(criteria.cookies, facts.cookie));
+}
+
+function holds(
+  conditions: readonly Condition[],
+  lookup: (name: string) => string | undefined,
+): boolean {
+  for (const [name, want] of conditions) {
+    const got = lookup(name);
+    if (got === undefined || (want !== true && got !== want)) return false;
+  }
+  return true;
 }
 
 function matchTemplate(

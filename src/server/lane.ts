@@ -6,7 +6,9 @@
  *
  * @module
  */
-import type { IncomingHttpHeaders } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
+import type { FailureKind } from "../proxy/errors.ts";
 import type { LaneName } from "../ledger/lane.ts";
 import type { RateBudget } from "../ledger/profile.ts";
 import type { Reservation } from "../ledger/reservation.ts";
@@ -24,6 +26,14 @@ export interface RequestContext {
   readonly peer: string;
   /** The request's ledger reservation. */
   readonly ticket: Reservation;
+  /** The request itself, for its body (read it only to forward it). */
+  readonly request: IncomingMessage;
+  /** Aborted when the lane's deadline passes or the client goes away. */
+  readonly signal: AbortSignal;
+  /** What the deadline answers with; a phase waiting on an upstream sets `upstream_timeout`. */
+  timeoutKind: FailureKind;
+  /** Present on an `Upgrade` request: the client socket and the bytes read past the head. */
+  readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
 }
 
 /** A handler: answers a request, synchronously or not. */

@@ -1,13 +1,14 @@
 /**
  * One lane listener: a `node:http` server whose request handler is a closure over its lane. There
- * is no code path where a request field selects a lane. Per request, in order:
+ * is no code path where a request field selects a lane. Per request (ordinary or `Upgrade`):
  *
  * 1. refuse if the lane is draining;
- * 2. `ledger.admit` — a typed 429/503 when refused; the reservation is released exactly once when
- *    the response finishes (complete) or the connection closes first (cancel);
+ * 2. `ledger.admit` — a typed 429/503 when refused; the reservation is released exactly once by
+ *    the request's outlet (complete when delivered, cancel when the connection went first);
  * 3. the request-head checks (400/414/431);
  * 4. the lane allowlist, then the lane's dataplane (public) or a typed 404 denial;
- * 5. the deadline: a response not started by the lane's deadline is a 503 and a cancellation.
+ * 5. the deadline: a reply not started by the lane's deadline is a 503 (504 while waiting on an
+ *    upstream) and a cancellation.
  *
  * Connections are counted against the lane's ceiling when accepted, before any byte is parsed;
  * the head timeout, idle timeout and header-size cap are the server's (see docs/decisions.md).
@@ -16,13 +17,17 @@
  */
 import http from "node:http";
 import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
 import type { ConnectionBudget, Ledger } from "../ledger/ledger.ts";
 import type { Overload } from "../ledger/overload.ts";
 import { Reservation } from "../ledger/reservation.ts";
 import type { ResponseStats } from "../observe/stats.ts";
-import { failureReply, failureStatus, GatewayError } from "../proxy/errors.ts";
+import { failureReply, GatewayError } from "../proxy/errors.ts";
 import { requestIdFor } from "../proxy/request_id.ts";
-import type { LaneTable, RequestContext } from "./lane.ts";
+import { AdmittedRequest } from "./admitted.ts";
+import type { LaneTable } from "./lane.ts";
+import { type Outlet, responseOutlet, socketOutlet } from "./outlet.ts";
+import { writeRawReply } from "./raw_reply.ts";
 import type { Reply } from "./reply.ts";
 import { readHead } from "./request_head.ts";
 import { writeReply } from "./write.ts";
@@ -32,6 +37,8 @@ export interface LaneServices {
   readonly ledger: Ledger;
   readonly stats: ResponseStats;
   readonly state: { readonly ready: boolean; readonly draining: boolean };
+  /** Where internal failures are reported. */
+  readonly log: (line: string) => void;
 }
 
 /** Server-level limits, from the bootstrap config. */
@@ -65,6 +72,7 @@ export function createLaneServer<S extends LaneServices>(
   const name = lane.descriptor.name;
   const { ledger, stats } = services;
   const budgets = new WeakMap<Socket, ConnectionBudget>();
+  const drains = lane.descriptor.drains;
 
   const server = http.createServer({
     maxHeaderSize: limits.headerBytes,
@@ -76,32 +84,47 @@ export function createLaneServer<S extends LaneServices>(
     connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(limits.headerMs / 4))),
   }, function serveLaneRequest(request, response) {
     const requestId = requestIdFor(request.headers["x-request-id"]);
-    if (lane.descriptor.drains && services.state.draining) {
-      send(response, failureReply("draining", requestId), requestId, true);
+    if (drains && services.state.draining) {
+      send(failureReply("draining", requestId), requestId, (reply, extra) => {
+        extra.connection = "close";
+        writeReply(response, reply, extra);
+      });
       return;
     }
     const admission = ledger.admit(name, budgets.get(request.socket));
     if (!(admission instanceof Reservation)) {
-      send(response, overloadReply(admission, requestId), requestId, false);
+      send(overloadReply(admission, requestId), requestId, (reply, extra) => {
+        writeReply(response, reply, extra);
+      });
       return;
     }
-    const ticket = admission;
-    response.once("finish", () => ticket.live && ticket.complete());
-    response.once("close", () => ticket.live && ticket.cancel());
+    serveAdmitted(request, responseOutlet(response, admission), admission, requestId);
+  });
 
+  /** Runs an admitted request through the head checks, the allowlist and the handler. */
+  function serveAdmitted(
+    request: http.IncomingMessage,
+    outlet: Outlet,
+    ticket: Reservation,
+    requestId: string,
+    upgrade?: { socket: Duplex; head: Uint8Array },
+  ): void {
     const head = readHead(request, limits);
     if (!("path" in head)) {
-      send(response, failureReply(head.kind, requestId), requestId, true);
+      deliver(outlet, failureReply(head.kind, requestId), ticket, requestId);
       return;
     }
-    const context: RequestContext = {
+    const context = new AdmittedRequest({
       lane: name,
       head,
       headers: request.headers,
       requestId,
       peer: request.socket.remoteAddress ?? "",
       ticket,
-    };
+      request,
+      upgrade,
+    });
+    outlet.onAbandon(() => context.abort("client closed"));
     let outcome: Reply | Promise<Reply>;
     try {
       const route = lane.find(head.method, head.path);
@@ -111,68 +134,83 @@ export function createLaneServer<S extends LaneServices>(
     } catch (error) {
       outcome = errorReply(error, requestId);
     }
-    if (outcome instanceof Promise) {
-      awaitReply(outcome, response, ticket, requestId);
-    } else {
-      deliver(response, outcome, ticket, requestId);
-    }
-  });
+    if (outcome instanceof Promise) awaitReply(outcome, outlet, context);
+    else deliver(outlet, outcome, ticket, requestId);
+  }
 
   /** Sends a reply unless the deadline passed first, counting what was sent. */
-  function deliver(
-    response: http.ServerResponse,
-    reply: Reply,
-    ticket: Reservation,
-    requestId: string,
-  ): void {
-    if (response.headersSent || response.destroyed) return;
+  function deliver(outlet: Outlet, reply: Reply, ticket: Reservation, requestId: string): void {
+    if (outlet.spent) {
+      reply.stream?.cancel();
+      reply.tunnel?.socket.destroy();
+      return;
+    }
     if (ticket.live && ticket.expired(ledger.now())) {
       ledger.expire(ticket);
+      reply.stream?.cancel();
+      reply.tunnel?.socket.destroy();
       reply = failureReply("deadline_exceeded", requestId);
     }
     if (reply.failure === "route_not_allowed" || reply.failure === "no_route") {
       ledger.denyRoute(name);
     }
     if (reply.withhold) {
-      withhold(response, reply.withhold, ticket);
+      stats.withheld(name);
+      if (reply.withhold === "drop") outlet.destroy();
+      else hold(outlet, ticket);
       return;
     }
-    send(response, reply, requestId, reply.failure === "bad_request");
+    send(reply, requestId, (r, extra) => {
+      if (r.failure === "bad_request" || (drains && services.state.draining)) {
+        extra.connection = "close";
+      }
+      outlet.send(r, extra);
+    });
   }
 
-  function awaitReply(
-    pending: Promise<Reply>,
-    response: http.ServerResponse,
-    ticket: Reservation,
-    requestId: string,
-  ): void {
+  function awaitReply(pending: Promise<Reply>, outlet: Outlet, context: AdmittedRequest): void {
+    const { ticket, requestId } = context;
     const timer = setTimeout(() => {
-      if (!response.headersSent && ticket.live) {
-        ledger.expire(ticket);
-        send(response, failureReply("deadline_exceeded", requestId), requestId, false);
-      }
+      if (outlet.spent || !ticket.live) return;
+      context.abort("deadline");
+      ledger.expire(ticket);
+      send(failureReply(context.timeoutKind, requestId), requestId, (r, extra) => {
+        outlet.send(r, extra);
+      });
     }, Math.max(0, ticket.deadline - ledger.now()));
     pending.then(
-      (reply) => deliver(response, reply, ticket, requestId),
-      (error) => deliver(response, errorReply(error, requestId), ticket, requestId),
+      (reply) => deliver(outlet, reply, ticket, requestId),
+      (error) => deliver(outlet, errorReply(error, requestId), ticket, requestId),
     ).finally(() => clearTimeout(timer));
   }
 
-  function withhold(response: http.ServerResponse, how: "drop" | "hold", ticket: Reservation) {
-    stats.withheld(name);
-    if (how === "drop") {
-      response.destroy();
-      return;
-    }
-    const timer = setTimeout(() => response.destroy(), Math.max(0, ticket.deadline - ledger.now()));
-    response.once("close", () => clearTimeout(timer));
+  /** Holds a connection unanswered until the lane's deadline, then closes it. */
+  function hold(outlet: Outlet, ticket: Reservation): void {
+    const timer = setTimeout(() => outlet.destroy(), Math.max(0, ticket.deadline - ledger.now()));
+    outlet.onAbandon(() => clearTimeout(timer));
   }
 
-  function send(response: http.ServerResponse, reply: Reply, requestId: string, close: boolean) {
+  /** Counts and writes a reply through `write`, adding the request id. */
+  function send(
+    reply: Reply,
+    requestId: string,
+    write: (reply: Reply, extra: Record<string, string>) => void,
+  ): void {
     stats.response(name, reply.status);
-    const extra: Record<string, string> = { "x-request-id": requestId };
-    if (close || (lane.descriptor.drains && services.state.draining)) extra.connection = "close";
-    writeReply(response, reply, extra);
+    write(reply, { "x-request-id": requestId });
+  }
+
+  if (lane.descriptor.dataplane) {
+    server.on("upgrade", function serveLaneUpgrade(request, socket: Duplex, head: Uint8Array) {
+      const requestId = requestIdFor(request.headers["x-request-id"]);
+      const raw = (reply: Reply) =>
+        send(reply, requestId, (r, extra) => writeRawReply(socket, r, extra, () => {}));
+      if (drains && services.state.draining) return raw(failureReply("draining", requestId));
+      const admission = ledger.admit(name, budgets.get(request.socket));
+      if (!(admission instanceof Reservation)) return raw(overloadReply(admission, requestId));
+      const outlet = socketOutlet(socket, admission);
+      serveAdmitted(request, outlet, admission, requestId, { socket, head });
+    });
   }
 
   server.on("connection", function admitConnection(socket: Socket) {
@@ -184,7 +222,7 @@ export function createLaneServer<S extends LaneServices>(
     socket.once("close", () => ledger.closeConnection(name));
   });
 
-  server.on("clientError", function refuseMalformed(error: NodeJS.ErrnoException, socket: Socket) {
+  server.on("clientError", function refuseMalformed(error: NodeJS.ErrnoException, socket: Duplex) {
     const kind = error.code === "HPE_HEADER_OVERFLOW"
       ? "header_fields_too_large"
       : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
@@ -196,13 +234,15 @@ export function createLaneServer<S extends LaneServices>(
     }
     stats.protocolError(name);
     const requestId = crypto.randomUUID();
-    const body = failureReply(kind, requestId).body as string;
-    socket.end(
-      `HTTP/1.1 ${failureStatus(kind)} ${http.STATUS_CODES[failureStatus(kind)]}\r\n` +
-        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-        `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`,
-    );
+    writeRawReply(socket, failureReply(kind, requestId), { "x-request-id": requestId }, () => {});
   });
+
+  function errorReply(error: unknown, requestId: string): Reply {
+    if (error instanceof GatewayError) return failureReply(error.kind, requestId);
+    services.log(`portcullis: request ${requestId} failed internally: ${describe(error)}`);
+    return failureReply("internal_error", requestId);
+  }
+
   return server;
 }
 
@@ -213,8 +253,6 @@ function overloadReply(overload: Overload, requestId: string): Reply {
   return failureReply(overload.overload, requestId, { headers });
 }
 
-function errorReply(error: unknown, requestId: string): Reply {
-  if (error instanceof GatewayError) return failureReply(error.kind, requestId);
-  console.error(`portcullis: request ${requestId} failed internally:`, error);
-  return failureReply("internal_error", requestId);
+function describe(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

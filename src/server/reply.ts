@@ -4,6 +4,8 @@
  * @module
  */
 import type { FailureKind } from "../proxy/errors.ts";
+import type { StreamedBody } from "../proxy/stream.ts";
+import type { Duplex } from "node:stream";
 
 /** A response a phase produced. */
 export interface Reply {
@@ -13,6 +15,12 @@ export interface Reply {
   readonly body?: string | Uint8Array;
   /** Stream this file as the body (resolved path, already checked to be inside its folder). */
   readonly file?: string;
+  /** Headers as a flat `[name, value, …]` list (a proxied response), instead of `headers`. */
+  readonly rawHeaders?: readonly string[];
+  /** Stream this body (a proxied response), with `rawHeaders`. */
+  readonly stream?: StreamedBody;
+  /** A 101 from upstream: splice the client socket with this upstream socket (`rawHeaders` too). */
+  readonly tunnel?: { readonly socket: Duplex; readonly head: Uint8Array };
   /**
    * No response at all: `drop` closes the connection now; `hold` keeps it open, unanswered, until
    * the lane's deadline, then closes it.

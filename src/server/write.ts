@@ -23,6 +23,15 @@ export function writeReply(
   reply: Reply,
   extra: Record<string, string>,
 ): void {
+  if (reply.stream) {
+    const headers = [...(reply.rawHeaders ?? [])];
+    for (const [name, value] of Object.entries(extra)) {
+      if (name !== "x-request-id") headers.push(name, value);
+    }
+    response.writeHead(reply.status, headers);
+    reply.stream.pipeTo(response);
+    return;
+  }
   if (reply.file !== undefined) {
     streamFile(response, reply, reply.file, extra);
     return;

@@ -1,0 +1,166 @@
+/**
+ * The egress of one edge: the SOCKS instance pool (score, breakers, round-robin fallback), the
+ * `direct` allowlist, the per-backend negative cache and the retry budget. It decides the way out
+ * for each attempt and learns from each outcome; it never opens a connection to anything but a
+ * SOCKS instance or a `direct` target, and Deno's permission flags hold it to that.
+ *
+ * @module
+ */
+import type http from "node:http";
+import type { Backend } from "../proxy/actions.ts";
+import { type AgentSettings, DirectAgent, SocksAgent } from "./agents.ts";
+import type { BreakerOptions } from "./breaker.ts";
+import { NegativeCache, pickBackend } from "./negative_cache.ts";
+import { InstancePool, type Pick } from "./pool.ts";
+import { RetryBudget, type RetryBudgetOptions } from "./retry.ts";
+
+/** Everything the egress is configured with. */
+export interface EgressSettings extends AgentSettings {
+  readonly socks: readonly { hostname: string; port: number }[];
+  /** `host:port` targets reached without SOCKS. */
+  readonly direct: readonly string[];
+  readonly bodyIdleMs: number;
+  readonly breaker: BreakerOptions;
+  readonly negativeCache: { readonly failures: number; readonly ttlMs: number };
+  readonly retryBudget: RetryBudgetOptions;
+  readonly backoff: { readonly baseMs: number; readonly capMs: number };
+}
+
+/** One attempt's way out. */
+export type Way =
+  | { readonly kind: "direct"; readonly agent: http.Agent; readonly label: string }
+  | {
+    readonly kind: "socks";
+    readonly agent: http.Agent;
+    readonly pick: Pick;
+    readonly label: string;
+  };
+
+/** The egress of one edge. */
+export class Egress {
+  readonly settings: EgressSettings;
+  readonly pool: InstancePool;
+  readonly cache: NegativeCache;
+  readonly budget: RetryBudget;
+  readonly #direct: ReadonlySet<string>;
+  readonly #directAgent: DirectAgent;
+  readonly #socksAgents: readonly SocksAgent[];
+  readonly #labels: readonly string[];
+  readonly #random: () => number;
+  #retries = 0;
+  #budgetRefusals = 0;
+
+  /**
+   * @param settings the egress config
+   * @param clock milliseconds, monotonic (breakers, cache, budget)
+   * @param random uniform in [0, 1) (backend weights, backoff jitter)
+   */
+  constructor(settings: EgressSettings, clock: () => number, random: () => number = Math.random) {
+    this.settings = settings;
+    this.#labels = settings.socks.map((s) =>
+      `${s.hostname.includes(":") ? `[${s.hostname}]` : s.hostname}:${s.port}`
+    );
+    this.pool = new InstancePool(this.#labels, { breaker: settings.breaker, clock });
+    this.cache = new NegativeCache(settings.negativeCache, clock);
+    this.budget = new RetryBudget(settings.retryBudget, clock);
+    this.#direct = new Set(settings.direct.map((target) => target.toLowerCase()));
+    this.#directAgent = new DirectAgent(settings);
+    this.#socksAgents = settings.socks.map((instance) => new SocksAgent(instance, settings));
+    this.#random = random;
+  }
+
+  /** True when a backend is reached directly (it is in `egress.direct`). */
+  isDirect(backend: Backend): boolean {
+    return this.#direct.has(backend.target);
+  }
+
+  /** True when the backend can be reached at all (direct, or a SOCKS pool exists). */
+  reaches(backend: Backend): boolean {
+    return this.isDirect(backend) || this.#socksAgents.length > 0;
+  }
+
+  /** Chooses a backend by weight, avoiding cold ones while any other remains. */
+  chooseBackend(backends: readonly Backend[]): Backend | undefined {
+    return pickBackend(backends, this.cache, this.#random);
+  }
+
+  /**
+   * Chooses the way out for one attempt.
+   *
+   * @param backend the chosen backend
+   * @param tried SOCKS instances this request already tried
+   * @returns the way, or undefined when the backend cannot be reached
+   */
+  way(backend: Backend, tried: ReadonlySet<number>): Way | undefined {
+    if (this.isDirect(backend)) {
+      return { kind: "direct", agent: this.#directAgent, label: "direct" };
+    }
+    const pick = this.pool.pick(tried);
+    if (!pick) return undefined;
+    return {
+      kind: "socks",
+      agent: this.#socksAgents[pick.index],
+      pick,
+      label: this.#labels[pick.index],
+    };
+  }
+
+  /**
+   * Ends an attempt: the instance learns `instanceOk`; the backend learns `backendOk` when it was
+   * reached (undefined: no news about the backend).
+   *
+   * @param latencyMs time to response headers, when there were some
+   */
+  finish(
+    way: Way,
+    backend: Backend,
+    outcome: { instanceOk: boolean; backendOk?: boolean; latencyMs?: number },
+  ): void {
+    if (way.kind === "socks") this.pool.finish(way.pick, outcome.instanceOk, outcome.latencyMs);
+    if (outcome.backendOk === true) this.cache.success(backend.key);
+    else if (outcome.backendOk === false) this.cache.failure(backend.key);
+  }
+
+  /** Asks the rolling budget for one retry (counted either way). */
+  tryRetry(): boolean {
+    if (this.budget.tryRetry()) {
+      this.#retries++;
+      return true;
+    }
+    this.#budgetRefusals++;
+    return false;
+  }
+
+  /** The random source, for backoff jitter. */
+  random(): number {
+    return this.#random();
+  }
+
+  /** Pool, cache and budget state for `/v1/egress` and `/metrics`. */
+  snapshot(): EgressSnapshot {
+    return {
+      instances: this.pool.snapshot(),
+      direct: [...this.#direct],
+      cold_backends: this.cache.snapshot(),
+      retries: this.#retries,
+      retry_budget_refusals: this.#budgetRefusals,
+      retry_budget: this.budget.snapshot(),
+    };
+  }
+
+  /** Closes every pooled upstream connection. */
+  close(): void {
+    this.#directAgent.destroy();
+    for (const agent of this.#socksAgents) agent.destroy();
+  }
+}
+
+/** What `/v1/egress` shows. */
+export interface EgressSnapshot {
+  readonly instances: ReturnType<InstancePool["snapshot"]>;
+  readonly direct: readonly string[];
+  readonly cold_backends: ReturnType<NegativeCache["snapshot"]>;
+  readonly retries: number;
+  readonly retry_budget_refusals: number;
+  readonly retry_budget: ReturnType<RetryBudget["snapshot"]>;
+}

@@ -1,0 +1,160 @@
+/**
+ * The backend negative cache (DESIGN §4): a backend that fails `failures` times in a row goes cold
+ * for `ttlMs`, and {@link pickBackend} leaves it out of the weighted choice while it is cold.
+ *
+ * Memory is bounded by the configured backends that are failing: an entry exists only after a
+ * failure, a success deletes it, and an entry whose cold period has ended with no failure since is
+ * dropped when next read. When a cold period ends the backend starts over: it takes another
+ * `failures` consecutive failures to make it cold again.
+ *
+ * @module
+ */
+
+/** Options for {@link NegativeCache}. */
+export interface NegativeCacheOptions {
+  /** Consecutive failures that make a backend cold. Default 3. */
+  readonly failures?: number;
+  /** How long a backend stays cold (ms). */
+  readonly ttlMs: number;
+}
+
+/** One backend as {@link NegativeCache.snapshot} reports it. */
+export interface NegativeCacheEntry {
+  backend: string;
+  consecutive_failures: number;
+  /** Milliseconds it stays cold; 0 when it is not cold. */
+  cold_for_ms: number;
+}
+
+interface Entry {
+  consecutive: number;
+  coldUntil: number;
+}
+
+/**
+ * Consecutive-failure bookkeeping per backend key.
+ *
+ * @example
+ * ```ts
+ * import { NegativeCache } from "./negative_cache.ts";
+ * let now = 0;
+ * const cache = new NegativeCache({ failures: 2, ttlMs: 1000 }, () => now);
+ * cache.failure("http://a.onion");
+ * cache.failure("http://a.onion");
+ * if (!cache.isCold("http://a.onion")) throw new Error("not cold after 2 failures");
+ * now = 1000;
+ * if (cache.isCold("http://a.onion")) throw new Error("still cold after the TTL");
+ * ```
+ */
+export class NegativeCache {
+  readonly #threshold: number;
+  readonly #ttlMs: number;
+  readonly #clock: () => number;
+  readonly #entries = new Map<string, Entry>();
+
+  /**
+   * @param options threshold and TTL
+   * @param clock monotonic milliseconds
+   * @throws {RangeError} when `failures` is not a whole number ≥ 1 or `ttlMs` is negative
+   */
+  constructor(options: NegativeCacheOptions, clock: () => number) {
+    const failures = options.failures ?? 3;
+    if (!Number.isInteger(failures) || failures < 1) {
+      throw new RangeError(`Negative cache failures must be a whole number ≥ 1, got "${failures}"`);
+    }
+    if (!(options.ttlMs >= 0 && Number.isFinite(options.ttlMs))) {
+      throw new RangeError(
+        `Negative cache ttlMs must be a finite number ≥ 0, got "${options.ttlMs}"`,
+      );
+    }
+    this.#threshold = failures;
+    this.#ttlMs = options.ttlMs;
+    this.#clock = clock;
+  }
+
+  /** True while `key` is cold. */
+  isCold(key: string): boolean {
+    const entry = this.#entries.get(key);
+    if (entry === undefined) return false;
+    if (entry.coldUntil > this.#clock()) return true;
+    if (entry.consecutive === 0) this.#entries.delete(key);
+    return false;
+  }
+
+  /** Counts one failure of `key`; at the threshold it goes cold for the TTL (count reset). */
+  failure(key: string): void {
+    let entry = this.#entries.get(key);
+    if (entry === undefined) {
+      entry = { consecutive: 0, coldUntil: -Infinity };
+      this.#entries.set(key, entry);
+    }
+    entry.consecutive++;
+    if (entry.consecutive >= this.#threshold) {
+      entry.consecutive = 0;
+      entry.coldUntil = this.#clock() + this.#ttlMs;
+    }
+  }
+
+  /** Ends `key`'s failure run (and any cold period): its entry is deleted. */
+  success(key: string): void {
+    this.#entries.delete(key);
+  }
+
+  /** Every backend with a failure run or a cold period, in first-failure order. */
+  snapshot(): NegativeCacheEntry[] {
+    const now = this.#clock();
+    const out: NegativeCacheEntry[] = [];
+    for (const [backend, entry] of this.#entries) {
+      const coldFor = Math.max(0, entry.coldUntil - now);
+      if (entry.consecutive === 0 && coldFor === 0) {
+        this.#entries.delete(backend);
+        continue;
+      }
+      out.push({ backend, consecutive_failures: entry.consecutive, cold_for_ms: coldFor });
+    }
+    return out;
+  }
+}
+
+/**
+ * Picks a backend by weight among those not cold; when every backend is cold, by weight among all
+ * (fail open: a cold backend may have recovered, and refusing outright helps no one). Backends of
+ * weight 0 (or less) are never picked.
+ *
+ * @param backends the candidates with their keys and weights
+ * @param cache the negative cache the keys are looked up in
+ * @param random uniform in [0, 1)
+ * @returns the chosen backend; undefined when no backend has a positive weight
+ * @example
+ * ```ts
+ * import { NegativeCache, pickBackend } from "./negative_cache.ts";
+ * const cache = new NegativeCache({ failures: 1, ttlMs: 1000 }, () => 0);
+ * cache.failure("a");
+ * const backends = [{ key: "a", weight: 9 }, { key: "b", weight: 1 }];
+ * if (pickBackend(backends, cache, () => 0)?.key !== "b") throw new Error("picked the cold one");
+ * ```
+ */
+export function pickBackend<T extends { key: string; weight: number }>(
+  backends: readonly T[],
+  cache: NegativeCache,
+  random: () => number,
+): T | undefined {
+  let warm = 0;
+  let all = 0;
+  for (const backend of backends) {
+    if (!(backend.weight > 0)) continue;
+    all += backend.weight;
+    if (!cache.isCold(backend.key)) warm += backend.weight;
+  }
+  if (all === 0) return undefined;
+  const failOpen = warm === 0;
+  let remaining = random() * (failOpen ? all : warm);
+  let last: T | undefined;
+  for (const backend of backends) {
+    if (!(backend.weight > 0) || (!failOpen && cache.isCold(backend.key))) continue;
+    last = backend;
+    remaining -= backend.weight;
+    if (remaining < 0) return backend;
+  }
+  return last; // rounding left a sliver past the last weight
+}

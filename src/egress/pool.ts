@@ -1,0 +1,244 @@
+/**
+ * The SOCKS instance pool of the edge (DESIGN §4): chooses an instance for each upstream attempt by
+ * breaker state and the score `2·active + latency_ms/100 + 10·error_rate` (lower is better), and
+ * takes each attempt's outcome back into the instance's active count, latency average and breaker.
+ *
+ * Choice order for one attempt, skipping the instances this request already tried (`exclude`):
+ *
+ * 1. the first instance (in rotation order) whose breaker is due for its half-open trial, so a
+ *    recovered instance is noticed at the first request after its probe interval;
+ * 2. the lowest score among instances whose breaker passes;
+ * 3. the lowest score among already-tried instances whose breaker passes — a retry goes back to a
+ *    healthy instance rather than to one whose breaker is open;
+ * 4. round-robin over the untried instances (over all, when every one was tried) whose breakers all
+ *    refuse: with every breaker open the gateway still sends, rather than failing every request.
+ *
+ * Equal scores rotate: the scan starts after the last chosen instance, so an idle pool spreads
+ * requests instead of sending them all to instance 0. Pure logic: time comes from the clock.
+ *
+ * @module
+ */
+import { Breaker, type BreakerOptions, type BreakerState } from "./breaker.ts";
+
+/** Options for {@link InstancePool}. */
+export interface PoolOptions {
+  /** Options of every instance's breaker. */
+  readonly breaker: BreakerOptions;
+  /** Weight of a new latency sample in the moving average, in (0, 1]. Default 0.2. */
+  readonly latencyAlpha?: number;
+  /** Monotonic milliseconds. */
+  readonly clock: () => number;
+}
+
+/** One attempt's hold on an instance, from {@link InstancePool.pick} to {@link InstancePool.finish}. */
+export interface Pick {
+  /** The instance's index in the pool. */
+  readonly index: number;
+  /** The attempt is the instance's half-open trial. */
+  readonly trial: boolean;
+  /** Every instance's breaker was refusing: round-robin fallback. */
+  readonly fallback: boolean;
+  /** The breaker's generation at pick time (stale outcomes are dropped). */
+  readonly generation: number;
+}
+
+/** One instance as {@link InstancePool.snapshot} reports it. */
+export interface InstanceSnapshot {
+  address: string;
+  state: BreakerState;
+  active: number;
+  /** Moving average of time to response headers; 0 until the first success. */
+  latency_ms: number;
+  /** Failures / samples over the breaker's rolling window; 0 when it is empty. */
+  error_rate: number;
+  /** Attempts finished on this instance since boot. */
+  requests: number;
+  /** Failed attempts among them. */
+  failures: number;
+  score: number;
+  retry_in_ms: number;
+  /** Times the breaker opened. */
+  opens: number;
+}
+
+/**
+ * The pool of SOCKS instances.
+ *
+ * @example
+ * ```ts
+ * import { InstancePool } from "./pool.ts";
+ * let now = 0;
+ * const pool = new InstancePool(["127.0.0.1:9050", "127.0.0.1:9051"], {
+ *   breaker: { probeIntervalMs: 30_000 },
+ *   clock: () => now,
+ * });
+ * const first = pool.pick()!;
+ * const retry = pool.pick(new Set([first.index]))!; // a retry goes to the other instance
+ * if (retry.index === first.index) throw new Error("retried on the same instance");
+ * now = 120;
+ * pool.finish(first, false);
+ * pool.finish(retry, true, 120);
+ * if (pool.snapshot()[retry.index].latency_ms !== 120) throw new Error("latency not recorded");
+ * ```
+ */
+export class InstancePool {
+  /** Number of instances. */
+  readonly size: number;
+  readonly #addresses: readonly string[];
+  readonly #breakers: Breaker[];
+  readonly #active: Int32Array;
+  readonly #latency: Float64Array;
+  readonly #sampled: Uint8Array;
+  readonly #requests: Float64Array;
+  readonly #failures: Float64Array;
+  readonly #alpha: number;
+  readonly #clock: () => number;
+  /** Picks not yet finished; finishing one twice (or a foreign one) changes nothing. */
+  readonly #open = new WeakSet<Pick>();
+  #rotation = 0;
+  #fallbackCursor = 0;
+
+  /**
+   * @param addresses the instances' SOCKS addresses, in index order
+   * @param options breaker options, latency weight and clock
+   * @throws {RangeError} when `latencyAlpha` is outside (0, 1] or a breaker option is out of range
+   */
+  constructor(addresses: readonly string[], options: PoolOptions) {
+    const alpha = options.latencyAlpha ?? 0.2;
+    if (!(alpha > 0 && alpha <= 1)) {
+      throw new RangeError(`Pool latencyAlpha must be in (0, 1], got "${alpha}"`);
+    }
+    const size = addresses.length;
+    this.size = size;
+    this.#addresses = [...addresses];
+    this.#breakers = this.#addresses.map(() => new Breaker(options.breaker));
+    this.#active = new Int32Array(size);
+    this.#latency = new Float64Array(size);
+    this.#sampled = new Uint8Array(size);
+    this.#requests = new Float64Array(size);
+    this.#failures = new Float64Array(size);
+    this.#alpha = alpha;
+    this.#clock = options.clock;
+  }
+
+  /**
+   * Chooses an instance for one attempt (see the module doc for the order) and counts it active.
+   *
+   * @param exclude indices this request already tried
+   * @returns the pick to pass to {@link finish}; undefined only when the pool is empty
+   */
+  pick(exclude?: ReadonlySet<number>): Pick | undefined {
+    const size = this.size;
+    if (size === 0) return undefined;
+    const now = this.#clock();
+    const skip = exclude && exclude.size > 0 && !this.#coversAll(exclude) ? exclude : undefined;
+
+    let trial = -1;
+    let best = -1;
+    let bestScore = Infinity;
+    let retryBest = -1;
+    let retryScore = Infinity;
+    for (let k = 0; k < size; k++) {
+      const i = (this.#rotation + k) % size;
+      const admission = this.#breakers[i].peek(now);
+      if (admission === "refuse") continue;
+      const excluded = skip !== undefined && skip.has(i);
+      if (admission === "trial") {
+        if (!excluded && trial < 0) trial = i;
+        continue;
+      }
+      const score = this.score(i);
+      if (!excluded && score < bestScore) {
+        best = i;
+        bestScore = score;
+      } else if (excluded && score < retryScore) {
+        retryBest = i;
+        retryScore = score;
+      }
+    }
+
+    if (trial >= 0) return this.#take(trial, this.#breakers[trial].acquire(now) === "trial", false);
+    const chosen = best >= 0 ? best : retryBest;
+    if (chosen >= 0) {
+      return this.#take(chosen, this.#breakers[chosen].acquire(now) === "trial", false);
+    }
+    return this.#take(this.#nextFallback(skip), false, true);
+  }
+
+  /**
+   * Ends an attempt begun by {@link pick}: active−−, a latency sample on success, the breaker
+   * outcome (none for a fallback attempt, which the breaker did not admit) and the counters.
+   *
+   * @param pick what {@link pick} returned
+   * @param ok whether the attempt succeeded
+   * @param latencyMs milliseconds to the response headers (taken on success only)
+   * @returns false, changing nothing, when the pick was already finished or is not this pool's
+   */
+  finish(pick: Pick, ok: boolean, latencyMs?: number): boolean {
+    if (!this.#open.delete(pick)) return false;
+    const i = pick.index;
+    this.#active[i]--;
+    this.#requests[i]++;
+    if (!ok) this.#failures[i]++;
+    if (ok && latencyMs !== undefined && latencyMs >= 0 && Number.isFinite(latencyMs)) {
+      this.#latency[i] = this.#sampled[i]
+        ? this.#latency[i] + this.#alpha * (latencyMs - this.#latency[i])
+        : latencyMs;
+      this.#sampled[i] = 1;
+    }
+    if (!pick.fallback) this.#breakers[i].record(ok, pick.trial, this.#clock(), pick.generation);
+    return true;
+  }
+
+  /** `2·active + latency_ms/100 + 10·error_rate` of instance `index`; lower is better. */
+  score(index: number): number {
+    return 2 * this.#active[index] + this.#latency[index] / 100 +
+      10 * this.#breakers[index].errorRate();
+  }
+
+  /** Every instance's state and counters, in index order. */
+  snapshot(): InstanceSnapshot[] {
+    const now = this.#clock();
+    return this.#addresses.map((address, i) => {
+      const breaker = this.#breakers[i].snapshot(now);
+      return {
+        address,
+        state: breaker.state,
+        active: this.#active[i],
+        latency_ms: this.#latency[i],
+        error_rate: this.#breakers[i].errorRate(),
+        requests: this.#requests[i],
+        failures: this.#failures[i],
+        score: this.score(i),
+        retry_in_ms: breaker.retry_in_ms,
+        opens: breaker.opens,
+      };
+    });
+  }
+
+  /** Marks instance `index` active and issues the pick. */
+  #take(index: number, trial: boolean, fallback: boolean): Pick {
+    this.#active[index]++;
+    if (!fallback) this.#rotation = (index + 1) % this.size;
+    const pick: Pick = { index, trial, fallback, generation: this.#breakers[index].generation };
+    this.#open.add(pick);
+    return pick;
+  }
+
+  /** The next instance in fallback round-robin order that is not in `skip`. */
+  #nextFallback(skip: ReadonlySet<number> | undefined): number {
+    for (let k = 0; k < this.size; k++) {
+      const i = (this.#fallbackCursor + k) % this.size;
+      if (skip !== undefined && skip.has(i)) continue;
+      this.#fallbackCursor = (i + 1) % this.size;
+      return i;
+    }
+    return this.#fallbackCursor; // unreachable: `skip` never covers every instance
+  }
+
+  /** True when `exclude` names every instance, so nothing would remain to skip to. */
+  #coversAll(exclude: ReadonlySet<number>): boolean {
+    for (let i = 0; i < this.size; i++) if (!exclude.has(i)) return false;
+    return true;
+  }
+}

@@ -1,0 +1,195 @@
+/**
+ * Compiles one validated route: its path pattern, methods, host and header/query/cookie criteria,
+ * and its action — `respond` (with a body file checked to stay inside the tenants folder),
+ * `redirect` (placeholders must be path parameters) or `proxy` (backends, rewrite, retries).
+ *
+ * @module
+ */
+import { isAbsolute, join, normalize, relative, sep } from "node:path";
+import type { RouteDocument } from "../config/tenant_schema.ts";
+import { type Action, type Backend, namesNoPath, placeholders } from "./actions.ts";
+import { compileRewrite } from "./rewrite.ts";
+import { type Condition, parsePath, type PathPattern, type RouteEntry } from "./routes.ts";
+
+/** Where a route sits: its tenant and folder, for checks and diagnostics. */
+export interface RouteSite {
+  readonly dir: string;
+  readonly index: number;
+  /** Every name the tenant answers to. */
+  readonly names: readonly string[];
+  readonly tenant: string;
+}
+
+/** Reports a problem at a field path inside the tenant file. */
+export type Report = (path: (string | number)[], value: unknown, message: string) => void;
+
+/**
+ * Compiles a route, reporting every problem.
+ *
+ * @returns the route, or undefined when it has problems (all reported)
+ */
+export async function compileRoute(
+  route: RouteDocument,
+  site: RouteSite,
+  report: Report,
+): Promise<RouteEntry<Action> | undefined> {
+  let problems = 0;
+  const at = (...rest: string[]) => ["routes", site.index, ...rest];
+  const fail: Report = (path, value, message) => {
+    problems++;
+    report(path, value, message);
+  };
+  const { match } = route;
+  if ((match.path === undefined) === (match.prefix === undefined)) {
+    fail(at("match"), undefined, "Give exactly one of match.path and match.prefix");
+  }
+  const pattern = match.prefix !== undefined
+    ? { kind: "prefix" as const, prefix: match.prefix }
+    : parsePath(match.path ?? "/");
+  if (typeof pattern === "string") fail(at("match", "path"), match.path, pattern);
+  if (match.host !== undefined && !site.names.includes(match.host)) {
+    fail(at("match", "host"), match.host, "Route host must be the tenant's host or an alias");
+  }
+  const actions = [route.respond, route.redirect, route.proxy].filter((a) => a !== undefined);
+  if (actions.length !== 1) {
+    fail(at(), undefined, "Give exactly one action: respond, redirect or proxy");
+  }
+  const params = typeof pattern === "object" && pattern.kind === "template"
+    ? pattern.segments.flatMap((s) => typeof s === "string" ? [] : [s.param])
+    : [];
+  const name = route.name ?? `route-${site.index}`;
+  const action = await compileAction(route, { ...site, params, name }, at, fail);
+  if (problems > 0 || !action || typeof pattern === "string") return undefined;
+  const criteria = {
+    headers: conditions(match.headers, (n) => n.toLowerCase()),
+    query: conditions(match.query),
+    cookies: conditions(match.cookies),
+  };
+  const hasCriteria = criteria.headers.length + criteria.query.length + criteria.cookies.length > 0;
+  return {
+    name,
+    index: site.index,
+    pattern: pattern as PathPattern,
+    methods: match.methods ? new Set(match.methods) : undefined,
+    host: match.host,
+    criteria: hasCriteria ? criteria : undefined,
+    action,
+  };
+}
+
+function conditions(
+  given: Readonly<Record<string, true | string>> | undefined,
+  name: (text: string) => string = (text) => text,
+): Condition[] {
+  return Object.entries(given ?? {}).map(([key, want]) => [name(key), want]);
+}
+
+async function compileAction(
+  route: RouteDocument,
+  site: RouteSite & { params: readonly string[]; name: string },
+  at: (...rest: string[]) => (string | number)[],
+  fail: Report,
+): Promise<Action | undefined> {
+  if (route.respond) {
+    const { respond } = route;
+    let file: string | undefined;
+    if (respond.body !== undefined && respond.body_file !== undefined) {
+      fail(at("respond"), undefined, "Give body or body_file, not both");
+    }
+    if (respond.body_file !== undefined) {
+      file = await checkBodyFile(
+        site.dir,
+        respond.body_file,
+        (message) => fail(at("respond", "body_file"), respond.body_file, message),
+      );
+    }
+    return {
+      kind: "respond",
+      status: respond.status,
+      headers: lowerKeys(respond.headers),
+      body: respond.body ?? "",
+      file,
+    };
+  }
+  if (route.redirect) {
+    const { location, status } = route.redirect;
+    for (const name of placeholders(location)) {
+      if (!site.params.includes(name)) {
+        fail(at("redirect", "location"), location, `Placeholder {${name}} is not a path parameter`);
+      }
+    }
+    return { kind: "redirect", status, location, keepPath: namesNoPath(location) };
+  }
+  if (route.proxy) {
+    const { proxy } = route;
+    const rewrite = proxy.rewrite ? compileRewrite(proxy.rewrite, site.params) : undefined;
+    if (typeof rewrite === "string") fail(at("proxy", "rewrite"), proxy.rewrite, rewrite);
+    const backends = proxy.backends.map((backend) => parseBackend(backend.url, backend.weight));
+    return {
+      kind: "proxy",
+      backends,
+      rewrite: typeof rewrite === "function" ? rewrite : undefined,
+      attempts: proxy.attempts,
+      retryPost: proxy.retry_post,
+      tenant: site.tenant,
+      route: site.name,
+    };
+  }
+  return undefined;
+}
+
+/** Splits a validated `http://host[:port]` backend URL. */
+export function parseBackend(url: string, weight: number): Backend {
+  const authority = url.slice("http://".length).replace(/\/$/, "");
+  const portMatch = /:(\d{1,5})$/.exec(authority);
+  const hostPart = portMatch ? authority.slice(0, portMatch.index) : authority;
+  const hostname = hostPart.startsWith("[") ? hostPart.slice(1, -1) : hostPart.toLowerCase();
+  const port = portMatch ? Number(portMatch[1]) : 80;
+  return {
+    key: `http://${authority.toLowerCase()}`,
+    hostname,
+    port,
+    authority: authority.toLowerCase(),
+    target: `${hostPart.toLowerCase()}:${port}`,
+    weight,
+  };
+}
+
+async function checkBodyFile(
+  dir: string,
+  name: string,
+  fail: (message: string) => void,
+): Promise<string | undefined> {
+  const path = normalize(isAbsolute(name) ? name : join(dir, name));
+  if (!inside(dir, path)) {
+    fail("A body file must be inside the tenants folder");
+    return undefined;
+  }
+  try {
+    const info = await Deno.stat(path);
+    if (!info.isFile) {
+      fail("Not a regular file");
+      return undefined;
+    }
+    // A symlink inside the folder must not lead outside it.
+    if (!inside(await Deno.realPath(dir), await Deno.realPath(path))) {
+      fail("A body file must be inside the tenants folder (it links outside)");
+      return undefined;
+    }
+  } catch {
+    fail("Cannot read the body file");
+    return undefined;
+  }
+  return path;
+}
+
+function inside(dir: string, path: string): boolean {
+  const rest = relative(dir, path);
+  return !(rest === ".." || rest.startsWith(`..${sep}`) || isAbsolute(rest));
+}
+
+function lowerKeys(headers: Readonly<Record<string, string>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) out[name.toLowerCase()] = value;
+  return out;
+}

@@ -1,0 +1,67 @@
+/**
+ * Streaming an upstream response body down to the client with backpressure: nothing collects a
+ * body. The stream fails when the upstream goes quiet for `idleMs` or breaks mid-body; then the
+ * client response is cut off too (HTTP/1.1 truncation, never a synthesized tail).
+ *
+ * @module
+ */
+import type http from "node:http";
+import { setTimeout as timer } from "node:timers";
+
+/** A body to stream; `settle` learns once whether the upstream delivered all of it. */
+export interface StreamedBody {
+  /** Pipes the body into the client response. */
+  pipeTo(target: http.ServerResponse): void;
+  /** Drops the body unread (the reply was never sent). */
+  cancel(): void;
+}
+
+/**
+ * Wraps an upstream response for streaming.
+ *
+ * @param source the upstream response (headers already read)
+ * @param idleMs longest silence allowed between body chunks
+ * @param settle called once: true when the upstream delivered the whole body (or the client left
+ *   first), false when the upstream broke it or went idle
+ */
+export function streamUpstream(
+  source: http.IncomingMessage,
+  idleMs: number,
+  settle: (ok: boolean) => void,
+): StreamedBody {
+  let done = false;
+  const finish = (ok: boolean) => {
+    if (done) return;
+    done = true;
+    settle(ok);
+  };
+  return {
+    pipeTo(target) {
+      const idle = timer(() => source.destroy(new Error("Upstream body idle")), idleMs);
+      source.on("data", () => idle.refresh());
+      source.once("end", () => {
+        clearTimeout(idle);
+        finish(true);
+      });
+      source.once("close", () => {
+        clearTimeout(idle);
+        if (!source.complete) {
+          finish(false);
+          target.destroy();
+        }
+      });
+      source.on("error", () => {/* reported through "close" */});
+      target.once("close", () => {
+        if (!source.complete) {
+          source.destroy();
+          finish(true);
+        }
+      });
+      source.pipe(target);
+    },
+    cancel() {
+      source.destroy();
+      finish(true);
+    },
+  };
+}

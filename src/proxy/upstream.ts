@@ -1,0 +1,304 @@
+/**
+ * One proxied exchange: choose a backend and a way out, send the request with its body streamed,
+ * and hand back the upstream response to stream down. The attempt loop retries only
+ * retry-eligible methods, only before response headers, only while the request body is unread
+ * (or there is none), within `attempts` and the rolling retry budget, with full-jitter backoff.
+ *
+ * Failure classification: the SOCKS instance or backend cannot be reached, or no way out exists →
+ * 502 `upstream_unreachable`; the upstream broke the exchange before its headers → 502
+ * `upstream_failed`; a connection or the response headers took too long → 504 `upstream_timeout`.
+ * Details (SOCKS reply codes, Deno's permission errors) go to the log, never to the client.
+ *
+ * @module
+ */
+import http from "node:http";
+import type { Duplex } from "node:stream";
+import { backoffMs, retryEligible } from "../egress/retry.ts";
+import { DirectConnectError } from "../egress/agents.ts";
+import type { Egress, Way } from "../egress/egress.ts";
+import { SocksError } from "../egress/socks5.ts";
+import type { RequestContext } from "../server/lane.ts";
+import type { Reply } from "../server/reply.ts";
+import type { Backend, ProxyAction } from "./actions.ts";
+import type { AddressSet } from "./cidr.ts";
+import { type FailureKind, GatewayError } from "./errors.ts";
+import { downstreamHeaders, upstreamHeaders } from "./hygiene.ts";
+import { streamUpstream } from "./stream.ts";
+
+/** What the proxy phase needs from the edge. */
+export interface UpstreamServices {
+  readonly egress: Egress;
+  readonly trusted: AddressSet;
+  readonly clock: () => number;
+  readonly log: (line: string) => void;
+}
+
+/** An attempt that failed, classified. */
+class AttemptFailure extends Error {
+  readonly kind: FailureKind;
+  /** For the pool: true when the SOCKS instance did its job (the destination failed). */
+  readonly instanceOk: boolean;
+  /** For the negative cache: false when the backend failed; undefined when it was not reached. */
+  readonly backendOk?: boolean;
+  /** True when no request byte left for the upstream, so a retry cannot duplicate anything. */
+  readonly unsent: boolean;
+  /** True when request body bytes were consumed: the request cannot be replayed. */
+  readonly bodyTaken: boolean;
+
+  constructor(
+    kind: FailureKind,
+    cause: unknown,
+    flags: { instanceOk: boolean; backendOk?: boolean; unsent: boolean; bodyTaken: boolean },
+  ) {
+    super(kind, { cause });
+    this.kind = kind;
+    this.instanceOk = flags.instanceOk;
+    this.backendOk = flags.backendOk;
+    this.unsent = flags.unsent;
+    this.bodyTaken = flags.bodyTaken;
+  }
+}
+
+/**
+ * Proxies one admitted request.
+ *
+ * @param context the admitted request
+ * @param action the route's proxy action
+ * @param params the route's path parameters (for rewrites)
+ * @param services egress, trusted proxies, clock, log
+ * @returns the reply that streams the upstream response
+ * @throws {GatewayError} classified, after the last permitted attempt
+ */
+export async function proxyRequest(
+  context: RequestContext,
+  action: ProxyAction,
+  params: Readonly<Record<string, string>>,
+  services: UpstreamServices,
+): Promise<Reply> {
+  const { egress } = services;
+  const request = context.request;
+  const method = context.head.method;
+  const hasBody = requestHasBody(context);
+  const path = (action.rewrite ? action.rewrite(context.head.path, params) : context.head.path) +
+    context.head.query;
+  const eligible = retryEligible(method, action.retryPost);
+  const tried = new Set<number>();
+  context.timeoutKind = "upstream_timeout";
+  egress.budget.request();
+
+  for (let attempt = 1;; attempt++) {
+    const backend = egress.chooseBackend(action.backends);
+    const way = backend ? egress.way(backend, tried) : undefined;
+    if (!backend || !way) {
+      throw fail(
+        services,
+        context,
+        attempt,
+        new GatewayError("upstream_unreachable"),
+        "no way out",
+      );
+    }
+    if (way.kind === "socks") tried.add(way.pick.index);
+    const started = services.clock();
+    const headers = upstreamHeaders(request.rawHeaders, {
+      peer: context.peer,
+      trusted: services.trusted,
+      proto: "http",
+      host: typeof request.headers.host === "string" ? request.headers.host : context.head.host,
+      requestId: context.requestId,
+      tenant: action.tenant,
+      route: action.route,
+      authority: backend.authority,
+      upgrade: context.upgrade !== undefined,
+    });
+    try {
+      const answer = await sendAttempt(context, backend, way, path, headers, hasBody);
+      const latencyMs = services.clock() - started;
+      const finish = (ok: boolean) => {
+        egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
+        if (!ok) services.log(`portcullis: request ${context.requestId}: upstream body aborted`);
+      };
+      if (answer.tunnel) {
+        // The tunnel's bytes are opaque: its end is neither success nor failure of the instance.
+        answer.tunnel.socket.once("close", () => finish(true));
+        if (context.upgrade!.head.byteLength > 0) answer.tunnel.socket.write(context.upgrade!.head);
+        return {
+          status: 101,
+          rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId, true),
+          tunnel: answer.tunnel,
+        };
+      }
+      return {
+        status: answer.response.statusCode ?? 502,
+        rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId),
+        stream: streamUpstream(answer.response, egress.settings.bodyIdleMs, finish),
+      };
+    } catch (error) {
+      if (!(error instanceof AttemptFailure)) throw error;
+      egress.finish(way, backend, { instanceOk: error.instanceOk, backendOk: error.backendOk });
+      const replayable = !error.bodyTaken && (!hasBody || error.unsent);
+      const more = eligible && replayable && attempt < action.attempts &&
+        !context.signal.aborted && egress.tryRetry();
+      if (!more) {
+        throw fail(
+          services,
+          context,
+          attempt,
+          new GatewayError(error.kind, { cause: error.cause }),
+        );
+      }
+      const wait = backoffMs(attempt, egress.settings.backoff, () => egress.random());
+      if (wait > 0) await sleep(wait, context.signal);
+    }
+  }
+}
+
+function fail(
+  services: UpstreamServices,
+  context: RequestContext,
+  attempts: number,
+  error: GatewayError,
+  detail?: string,
+): GatewayError {
+  const cause = error.cause instanceof Error
+    ? `${error.cause.name}: ${describe(error.cause)}`
+    : detail ?? "";
+  services.log(
+    `portcullis: request ${context.requestId}: ${error.kind} after ${attempts} attempt(s): ${cause}`,
+  );
+  return error;
+}
+
+function describe(error: Error): string {
+  const inner = error.cause instanceof Error
+    ? ` (${error.cause.name}: ${error.cause.message})`
+    : "";
+  return `${error.message}${inner}`;
+}
+
+/** True when the request carries a body (Content-Length above 0, or chunked). */
+function requestHasBody(context: RequestContext): boolean {
+  const headers = context.request.headers;
+  if (headers["transfer-encoding"] !== undefined) return true;
+  const length = headers["content-length"];
+  return length !== undefined && length !== "0";
+}
+
+/** What an attempt got back: response headers, and for a 101 the upstream socket. */
+interface Answer {
+  readonly response: http.IncomingMessage;
+  readonly tunnel?: { readonly socket: Duplex; readonly head: Uint8Array };
+}
+
+/** Sends one attempt; resolves once the upstream's response headers (or its 101) arrived. */
+function sendAttempt(
+  context: RequestContext,
+  backend: Backend,
+  way: Way,
+  path: string,
+  headers: string[],
+  hasBody: boolean,
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    let connected = false;
+    let bodyTaken = false;
+    let settled = false;
+    const upstream = http.request({
+      host: backend.hostname,
+      port: backend.port,
+      method: context.head.method,
+      path,
+      headers,
+      agent: way.agent,
+      setHost: false,
+    });
+    const settle = (error: AttemptFailure | null, answer?: Answer) => {
+      if (settled) {
+        answer?.tunnel?.socket.destroy();
+        return;
+      }
+      settled = true;
+      context.signal.removeEventListener("abort", onAbort);
+      if (error) {
+        if (bodyTaken) context.request.unpipe(upstream);
+        upstream.destroy();
+        reject(error);
+      } else {
+        resolve(answer!);
+      }
+    };
+    const onAbort = () =>
+      settle(
+        new AttemptFailure("upstream_timeout", context.signal.reason, {
+          instanceOk: !connected,
+          backendOk: connected ? false : undefined,
+          unsent: !connected,
+          bodyTaken,
+        }),
+      );
+    if (context.signal.aborted) return onAbort();
+    context.signal.addEventListener("abort", onAbort);
+    upstream.once("socket", (socket) => {
+      const start = () => {
+        connected = true;
+        if (hasBody) {
+          bodyTaken = true;
+          context.request.pipe(upstream);
+        }
+      };
+      if (socket.connecting) socket.once("connect", start);
+      else start();
+    });
+    if (!hasBody) upstream.end();
+    upstream.once("response", (response) => settle(null, { response }));
+    upstream.once("upgrade", (response, socket: Duplex, head: Uint8Array) => {
+      settle(null, { response, tunnel: { socket, head } });
+    });
+    upstream.once("error", (error) => settle(classify(error, connected, bodyTaken)));
+  });
+}
+
+/** Classifies a failed attempt for the pool, the retry rule and the client. */
+function classify(error: Error, connected: boolean, bodyTaken: boolean): AttemptFailure {
+  if (error instanceof SocksError) {
+    const kind: FailureKind = error.kind === "timeout"
+      ? "upstream_timeout"
+      : "upstream_unreachable";
+    const destination = error.blame === "destination";
+    return new AttemptFailure(kind, error, {
+      instanceOk: destination,
+      backendOk: destination ? false : undefined,
+      unsent: true,
+      bodyTaken: false,
+    });
+  }
+  if (error instanceof DirectConnectError) {
+    const kind: FailureKind = error.kind === "timeout"
+      ? "upstream_timeout"
+      : "upstream_unreachable";
+    return new AttemptFailure(kind, error, {
+      instanceOk: true,
+      backendOk: false,
+      unsent: true,
+      bodyTaken: false,
+    });
+  }
+  return new AttemptFailure(connected ? "upstream_failed" : "upstream_unreachable", error, {
+    instanceOk: false,
+    backendOk: connected ? false : undefined,
+    unsent: !connected,
+    bodyTaken,
+  });
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+  });
+}

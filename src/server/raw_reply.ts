@@ -1,0 +1,96 @@
+/**
+ * Replies written straight onto a socket: for connections the HTTP parser gave up on (400, 408,
+ * 431 before any request existed) and for `Upgrade` requests, whose socket belongs to the gateway
+ * from the start. A `tunnel` reply (101) splices the client and upstream sockets until either ends.
+ *
+ * @module
+ */
+import { createReadStream } from "node:fs";
+import { stat } from "node:fs/promises";
+import { STATUS_CODES } from "node:http";
+import type { Duplex } from "node:stream";
+import type { Reply } from "./reply.ts";
+
+/** Serialises a status line and headers (names and values as given). */
+export function renderHead(
+  status: number,
+  headers: readonly string[],
+): string {
+  let head = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Unknown"}\r\n`;
+  for (let i = 0; i < headers.length; i += 2) head += `${headers[i]}: ${headers[i + 1]}\r\n`;
+  return `${head}\r\n`;
+}
+
+/** Flattens a header record into `[name, value, …]`. */
+export function flatHeaders(headers: Readonly<Record<string, string>> | undefined): string[] {
+  const out: string[] = [];
+  for (const [name, value] of Object.entries(headers ?? {})) out.push(name, value);
+  return out;
+}
+
+/**
+ * Writes a reply onto a raw socket and, unless it is a tunnel, closes the socket after it. A
+ * tunnel counts as delivered once its 101 is written; it lives until either side closes.
+ *
+ * @param socket the client connection
+ * @param reply what to send
+ * @param extra headers the server adds (request id)
+ * @param onDone called once the reply was written in full (true) or could not be (false)
+ */
+export function writeRawReply(
+  socket: Duplex,
+  reply: Reply,
+  extra: Record<string, string>,
+  onDone: (ok: boolean) => void,
+): void {
+  if (reply.tunnel) {
+    const headers = [...(reply.rawHeaders ?? [])];
+    socket.write(renderHead(101, headers));
+    const upstream = reply.tunnel.socket;
+    if (reply.tunnel.head.length > 0) socket.write(reply.tunnel.head);
+    splice(socket, upstream);
+    onDone(true);
+    return;
+  }
+  const close = ["connection", "close"];
+  if (reply.stream) {
+    const headers = [...(reply.rawHeaders ?? []), ...close];
+    socket.write(renderHead(reply.status, headers));
+    reply.stream.pipeTo(socket as never);
+    socket.once("finish", () => onDone(true));
+    return;
+  }
+  const base = [...flatHeaders(reply.headers), ...flatHeaders(extra), ...close];
+  if (reply.file !== undefined) {
+    const file = reply.file;
+    stat(file).then((info) => {
+      socket.write(renderHead(reply.status, [...base, "content-length", String(info.size)]));
+      const body = createReadStream(file, { highWaterMark: 16 * 1024 });
+      body.on("error", () => socket.destroy());
+      body.pipe(socket);
+      socket.once("finish", () => onDone(true));
+    }, () => {
+      socket.destroy();
+      onDone(false);
+    });
+    return;
+  }
+  const body = reply.body ?? "";
+  const bytes = typeof body === "string" ? Buffer.from(body) : body;
+  socket.write(renderHead(reply.status, [...base, "content-length", String(bytes.byteLength)]));
+  socket.end(bytes, () => onDone(true));
+}
+
+/** Pipes two sockets into each other until either side closes; then closes both. */
+function splice(client: Duplex, upstream: Duplex): void {
+  const closeBoth = () => {
+    client.destroy();
+    upstream.destroy();
+  };
+  for (const side of [client, upstream]) {
+    side.once("close", closeBoth);
+    side.on("error", closeBoth);
+  }
+  client.pipe(upstream);
+  upstream.pipe(client);
+}

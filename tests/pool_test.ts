@@ -1,0 +1,258 @@
+import assert from "node:assert/strict";
+import { InstancePool, type Pick } from "../src/egress/pool.ts";
+
+const ADDRESSES = ["127.0.0.1:9050", "127.0.0.1:9051", "127.0.0.1:9052"];
+const PROBE = 1000;
+
+/** A 3-instance pool on a settable clock, with a 4-outcome breaker window (min 2 samples). */
+function makePool(size = 3) {
+  const time = { now: 0 };
+  const pool = new InstancePool(ADDRESSES.slice(0, size), {
+    breaker: { window: 4, minSamples: 2, failureRatio: 0.5, probeIntervalMs: PROBE },
+    clock: () => time.now,
+  });
+  return { pool, time };
+}
+
+/** Picks instance `index` by excluding every other one. */
+function pickOn(pool: InstancePool, index: number): Pick {
+  const others = new Set(Array.from({ length: pool.size }, (_, i) => i).filter((i) => i !== index));
+  const pick = pool.pick(others)!;
+  assert.equal(pick.index, index, `could not steer a pick onto instance ${index}`);
+  return pick;
+}
+
+/** Runs one finished attempt on `index`. */
+function attempt(pool: InstancePool, index: number, ok: boolean, latencyMs?: number): void {
+  pool.finish(pickOn(pool, index), ok, latencyMs);
+}
+
+/** Opens instance `index`'s breaker with two failures. */
+function open(pool: InstancePool, index: number): void {
+  attempt(pool, index, false);
+  attempt(pool, index, false);
+}
+
+Deno.test("InstancePool.pick() returns undefined only for an empty pool", () => {
+  assert.equal(makePool(0).pool.pick(), undefined);
+  assert.equal(makePool(0).pool.size, 0);
+  const { pool } = makePool(1);
+  assert.deepEqual(pool.pick(new Set([0])), {
+    index: 0,
+    trial: false,
+    fallback: false,
+    generation: 0,
+  });
+});
+
+Deno.test("InstancePool.pick() rotates among equal scores", () => {
+  const { pool } = makePool();
+  const order = [];
+  for (let k = 0; k < 4; k++) {
+    const pick = pool.pick()!;
+    order.push(pick.index);
+    pool.finish(pick, true);
+  }
+  assert.deepEqual(order, [0, 1, 2, 0]);
+});
+
+Deno.test("InstancePool.pick() avoids busy instances (2 per active attempt)", () => {
+  const { pool } = makePool();
+  pickOn(pool, 0);
+  pickOn(pool, 1);
+  pickOn(pool, 1);
+  assert.deepEqual([pool.score(0), pool.score(1), pool.score(2)], [2, 4, 0]);
+  assert.equal(pool.pick()!.index, 2);
+  assert.equal(pool.pick()!.index, 0, "0 (2) and 2 (2) tie; rotation continues after 2");
+});
+
+Deno.test("InstancePool.pick() prefers the fastest instance (latency_ms / 100)", () => {
+  const { pool } = makePool();
+  attempt(pool, 0, true, 300);
+  attempt(pool, 1, true, 100);
+  attempt(pool, 2, true, 200);
+  assert.deepEqual([pool.score(0), pool.score(1), pool.score(2)], [3, 1, 2]);
+  assert.equal(pool.pick()!.index, 1);
+});
+
+Deno.test("InstancePool.finish() keeps latency as a moving average (alpha 0.2)", () => {
+  const { pool } = makePool();
+  assert.equal(pool.snapshot()[0].latency_ms, 0, "0 until the first sample");
+  attempt(pool, 0, true, 500);
+  assert.equal(pool.snapshot()[0].latency_ms, 500, "the first sample is taken whole");
+  attempt(pool, 0, true, 1000);
+  assert.equal(pool.snapshot()[0].latency_ms, 600);
+  attempt(pool, 0, false, 5000);
+  assert.equal(pool.snapshot()[0].latency_ms, 600, "failures carry no latency sample");
+  attempt(pool, 0, true);
+  assert.equal(pool.snapshot()[0].latency_ms, 600, "no sample without a latency");
+});
+
+Deno.test("InstancePool.pick() avoids failing instances (10 × error rate)", () => {
+  const { pool } = makePool();
+  attempt(pool, 0, true);
+  attempt(pool, 0, true);
+  attempt(pool, 0, true);
+  attempt(pool, 0, false); // 1 of 4: 2.5
+  attempt(pool, 1, true); // 0 of 1: 0, but busy
+  pickOn(pool, 1);
+  pickOn(pool, 2);
+  attempt(pool, 2, true); // 0 of 1, busy: 2
+  assert.deepEqual([pool.score(0), pool.score(1), pool.score(2)], [2.5, 2, 2]);
+  attempt(pool, 2, true, 10); // latency breaks the tie: 2.1
+  assert.equal(pool.pick()!.index, 1);
+});
+
+Deno.test("InstancePool.pick() skips excluded instances while another remains", () => {
+  const { pool } = makePool();
+  attempt(pool, 0, true, 100);
+  attempt(pool, 1, true, 200);
+  attempt(pool, 2, true, 300);
+  const first = pool.pick()!;
+  assert.equal(first.index, 0);
+  const second = pool.pick(new Set([0]))!;
+  assert.equal(second.index, 1, "the next-best instance");
+  const third = pool.pick(new Set([0, 1]))!;
+  assert.equal(third.index, 2);
+  pool.finish(first, true, 100);
+  pool.finish(second, true, 200);
+  pool.finish(third, true, 300);
+  const again = pool.pick(new Set([0, 1, 2]))!;
+  assert.deepEqual(again, { index: 0, trial: false, fallback: false, generation: 0 }, "all tried");
+});
+
+Deno.test("InstancePool.pick() retries on a healthy tried instance before an open one", () => {
+  const { pool } = makePool();
+  open(pool, 1);
+  open(pool, 2);
+  const retry = pool.pick(new Set([0]))!;
+  assert.deepEqual(retry, { index: 0, trial: false, fallback: false, generation: 0 });
+});
+
+Deno.test("InstancePool.pick() gives a due half-open trial priority over better scores", () => {
+  const { pool, time } = makePool();
+  open(pool, 1);
+  assert.notEqual(pool.pick()!.index, 1, "open: out of the selection");
+  time.now = PROBE;
+  const trial = pool.pick()!;
+  assert.deepEqual(trial, { index: 1, trial: true, fallback: false, generation: 1 });
+  assert.equal(pool.score(1), 2, "active 1, empty window");
+  const next = pool.pick()!;
+  assert.equal(next.trial, false);
+  assert.notEqual(next.index, 1, "one trial only");
+  time.now = PROBE + 40;
+  pool.finish(trial, true, 40);
+  assert.equal(pool.snapshot()[1].state, "closed");
+  assert.equal(pool.snapshot()[1].latency_ms, 40);
+});
+
+Deno.test("InstancePool.pick() skips a due trial on an excluded instance", () => {
+  const { pool, time } = makePool();
+  open(pool, 1);
+  time.now = PROBE;
+  const pick = pool.pick(new Set([1]))!;
+  assert.equal(pick.trial, false);
+  assert.notEqual(pick.index, 1);
+  assert.equal(pool.snapshot()[1].state, "half_open");
+});
+
+Deno.test("InstancePool.finish() re-opens an instance whose trial failed", () => {
+  const { pool, time } = makePool();
+  open(pool, 2);
+  time.now = PROBE + 5;
+  const trial = pool.pick()!;
+  assert.deepEqual([trial.index, trial.trial], [2, true]);
+  time.now = PROBE + 50;
+  pool.finish(trial, false);
+  const row = pool.snapshot()[2];
+  assert.deepEqual([row.state, row.opens, row.retry_in_ms], ["open", 2, PROBE]);
+});
+
+Deno.test("InstancePool.pick() falls back to round-robin when every breaker refuses", () => {
+  const { pool } = makePool();
+  open(pool, 0);
+  open(pool, 1);
+  open(pool, 2);
+  const picks = Array.from({ length: 4 }, () => pool.pick()!);
+  assert.deepEqual(picks.map((p) => [p.index, p.trial, p.fallback]), [
+    [0, false, true],
+    [1, false, true],
+    [2, false, true],
+    [0, false, true],
+  ]);
+  assert.equal(pool.pick(new Set([1]))!.index, 2, "the cursor skips an excluded instance");
+  for (const pick of picks) pool.finish(pick, true, 10);
+  const rows = pool.snapshot();
+  assert.deepEqual(rows.map((r) => [r.state, r.opens, r.active]), [
+    ["open", 1, 0],
+    ["open", 1, 0],
+    ["open", 1, 1],
+  ]);
+  assert.equal(rows[0].requests, 4, "2 failures + 2 fallback successes");
+});
+
+Deno.test("InstancePool.finish() counts an attempt once", () => {
+  const { pool } = makePool();
+  const pick = pool.pick()!;
+  assert.equal(pool.finish(pick, false), true);
+  assert.equal(pool.finish(pick, false), false);
+  assert.equal(pool.finish({ ...pick }, false), false, "a copy is not a live pick");
+  const row = pool.snapshot()[pick.index];
+  assert.deepEqual([row.active, row.requests, row.failures], [0, 1, 1]);
+});
+
+Deno.test("InstancePool.snapshot() reports every instance's state and counters", () => {
+  const { pool, time } = makePool();
+  time.now = 100;
+  attempt(pool, 0, true, 200);
+  attempt(pool, 0, true, 400); // latency 200 + 0.2 × 200 = 240
+  attempt(pool, 0, false); // 1 of 3 failed
+  open(pool, 1);
+  pickOn(pool, 2);
+  time.now = 400;
+  assert.deepEqual(pool.snapshot(), [
+    {
+      address: "127.0.0.1:9050",
+      state: "closed",
+      active: 0,
+      latency_ms: 240,
+      error_rate: 1 / 3,
+      requests: 3,
+      failures: 1,
+      score: 240 / 100 + 10 * (1 / 3),
+      retry_in_ms: 0,
+      opens: 0,
+    },
+    {
+      address: "127.0.0.1:9051",
+      state: "open",
+      active: 0,
+      latency_ms: 0,
+      error_rate: 0,
+      requests: 2,
+      failures: 2,
+      score: 0,
+      retry_in_ms: 700,
+      opens: 1,
+    },
+    {
+      address: "127.0.0.1:9052",
+      state: "closed",
+      active: 1,
+      latency_ms: 0,
+      error_rate: 0,
+      requests: 0,
+      failures: 0,
+      score: 2,
+      retry_in_ms: 0,
+      opens: 0,
+    },
+  ]);
+});
+
+Deno.test("InstancePool() rejects a latency weight outside (0, 1]", () => {
+  const options = { breaker: { probeIntervalMs: 1 }, clock: () => 0 };
+  assert.throws(() => new InstancePool([], { ...options, latencyAlpha: 0 }), RangeError);
+  assert.throws(() => new InstancePool([], { ...options, latencyAlpha: 1.5 }), RangeError);
+  assert.equal(new InstancePool(["a"], { ...options, latencyAlpha: 1 }).size, 1);
+});
