@@ -90,3 +90,85 @@ Deno.test("proof 8: the derived flags serve, and reach nothing outside the grant
     await gateway.dispose();
   }
 });
+
+Deno.test("proof 8: a backend outside the granted set gets a 502 caused by Deno's permission error", async () => {
+  const [publicPort, localPort] = freePorts(2);
+  const ports = { public: publicPort, local_health: localPort, provider_health: 0 };
+  const upstream = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const upstreamPort = (upstream.addr as Deno.NetAddr).port;
+  let connections = 0;
+  const accepting = (async () => {
+    for await (const conn of upstream) {
+      connections++;
+      conn.close();
+    }
+  })();
+  const config = proofConfig(ports, { egress: { direct: [`127.0.0.1:${upstreamPort}`] } });
+  const tenant = {
+    host: "shop.test",
+    routes: [{
+      name: "api",
+      match: { prefix: "/" },
+      proxy: { backends: [{ url: `http://127.0.0.1:${upstreamPort}` }] },
+    }],
+  };
+  const dir = await writeConfig(config, [tenant]);
+  try {
+    const exact = await derivedFlags(dir.config);
+    assert.ok(exact.join(" ").includes(`127.0.0.1:${upstreamPort}`), "flags grant the upstream");
+    const withheld = exact.map((flag) =>
+      flag.startsWith("--allow-net=") ? flag.replace(`,127.0.0.1:${upstreamPort}`, "") : flag
+    );
+    assert.ok(!withheld.join(" ").includes(String(upstreamPort)));
+
+    // The audited CLI refuses to start without the grant, naming it.
+    const refused = await runCli(withheld, ["serve", dir.config]);
+    assert.equal(refused.code, 1);
+    assert.match(
+      refused.stderr,
+      new RegExp(
+        `Missing --allow-net=127\\.0\\.0\\.1:${upstreamPort} \\(needed by the direct upstream\\)`,
+      ),
+    );
+
+    // Bypassing the audit (library use), Deno itself refuses the connection.
+    const script = new URL("./fixtures/unaudited_edge.ts", import.meta.url).pathname;
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "--no-prompt", ...withheld, script, dir.config],
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const lines: string[] = [];
+    const reading = (async () => {
+      for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+        lines.push(chunk);
+      }
+    })();
+    try {
+      const until = Date.now() + 20_000;
+      while (!lines.join("").includes("portcullis: ready")) {
+        if (Date.now() > until) throw new Error(`not ready: ${lines.join("")}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const response = await request(publicPort, { path: "/x", headers: [["Host", "shop.test"]] });
+      assert.equal(response.status, 502);
+      const envelope = JSON.parse(response.body);
+      assert.equal(envelope.error.code, "upstream_unreachable");
+      assert.doesNotMatch(response.body, new RegExp(String(upstreamPort)), "no address leaks");
+      const until2 = Date.now() + 5000;
+      while (!lines.join("").includes("NotCapable") && Date.now() < until2) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      assert.match(lines.join(""), /upstream_unreachable after 1 attempt\(s\): .*NotCapable/);
+      assert.equal(connections, 0, "no connection reached the upstream");
+    } finally {
+      child.kill("SIGTERM");
+      await child.status;
+      await reading;
+    }
+  } finally {
+    upstream.close();
+    await accepting.catch(() => {});
+    await Deno.remove(dir.dir, { recursive: true });
+  }
+});

@@ -14,9 +14,10 @@ export const HostPort = v.pipe(
     /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):\d{1,5}$/,
     "Expected host:port, e.g. 10.0.0.5:8080 or [::1]:8080",
   ),
+  // Only a value that has a port can have a bad one: "10.0.0.5" is refused by the regex alone.
   v.check((text) => {
-    const port = Number(text.slice(text.lastIndexOf(":") + 1));
-    return port >= 1 && port <= 65535;
+    const port = /:(\d{1,5})$/.exec(text);
+    return !port || (Number(port[1]) >= 1 && Number(port[1]) <= 65535);
   }, "Port must be from 1 to 65535"),
 );
 

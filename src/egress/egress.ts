@@ -10,6 +10,7 @@ import type http from "node:http";
 import type { Backend } from "../proxy/actions.ts";
 import { type AgentSettings, DirectAgent, SocksAgent } from "./agents.ts";
 import type { BreakerOptions } from "./breaker.ts";
+import { IdleWatch } from "./idle_watch.ts";
 import { NegativeCache, pickBackend } from "./negative_cache.ts";
 import { InstancePool, type Pick } from "./pool.ts";
 import { RetryBudget, type RetryBudgetOptions } from "./retry.ts";
@@ -42,6 +43,8 @@ export class Egress {
   readonly pool: InstancePool;
   readonly cache: NegativeCache;
   readonly budget: RetryBudget;
+  /** Cuts off upstream bodies that go quiet for `bodyIdleMs`. */
+  readonly idle: IdleWatch;
   readonly #direct: ReadonlySet<string>;
   readonly #directAgent: DirectAgent;
   readonly #socksAgents: readonly SocksAgent[];
@@ -63,6 +66,7 @@ export class Egress {
     this.pool = new InstancePool(this.#labels, { breaker: settings.breaker, clock });
     this.cache = new NegativeCache(settings.negativeCache, clock);
     this.budget = new RetryBudget(settings.retryBudget, clock);
+    this.idle = new IdleWatch(settings.bodyIdleMs);
     this.#direct = new Set(settings.direct.map((target) => target.toLowerCase()));
     this.#directAgent = new DirectAgent(settings);
     this.#socksAgents = settings.socks.map((instance) => new SocksAgent(instance, settings));
@@ -150,6 +154,7 @@ export class Egress {
 
   /** Closes every pooled upstream connection. */
   close(): void {
+    this.idle.stop();
     this.#directAgent.destroy();
     for (const agent of this.#socksAgents) agent.destroy();
   }

@@ -56,22 +56,32 @@ export function blockReply(tenant: Tenant, context: RequestContext): Reply {
 
 /** Headers, query and cookies of a request, each parsed only when a route asks. */
 export function requestFacts(context: RequestContext): RequestFacts {
-  let query: URLSearchParams | undefined;
-  let cookies: Map<string, string> | undefined;
-  return {
-    header(name) {
-      const value = context.headers[name];
-      return Array.isArray(value) ? value.join(", ") : value;
-    },
-    query(name) {
-      query ??= new URLSearchParams(context.head.query);
-      return query.get(name) ?? undefined;
-    },
-    cookie(name) {
-      cookies ??= parseCookies(context.headers.cookie);
-      return cookies.get(name);
-    },
-  };
+  return new LazyFacts(context);
+}
+
+class LazyFacts implements RequestFacts {
+  readonly #context: RequestContext;
+  #query?: URLSearchParams;
+  #cookies?: Map<string, string>;
+
+  constructor(context: RequestContext) {
+    this.#context = context;
+  }
+
+  header(name: string): string | undefined {
+    const value = this.#context.headers[name];
+    return Array.isArray(value) ? value.join(", ") : value;
+  }
+
+  query(name: string): string | undefined {
+    this.#query ??= new URLSearchParams(this.#context.head.query);
+    return this.#query.get(name) ?? undefined;
+  }
+
+  cookie(name: string): string | undefined {
+    this.#cookies ??= parseCookies(this.#context.headers.cookie);
+    return this.#cookies.get(name);
+  }
 }
 
 /** Parses a Cookie header (RFC 6265 §4.2): `a=1; b=2`. Values are kept as sent. */

@@ -1,7 +1,7 @@
 /**
- * Path rewrites for proxy routes, compiled once at load: strip a prefix, replace the whole path
- * (with `{name}` path parameters), or a regular expression whose replacement takes `$1` and
- * `${name}` groups. The query string is never touched here; the caller appends it unchanged.
+ * Path rewrites for proxy routes, compiled once at load: strip a prefix (whole segments only),
+ * replace the whole path (with `{name}` path parameters), or a regular expression whose
+ * replacement takes `$1` and `${name}` groups. The query string is never touched here; the caller appends it unchanged.
  *
  * @module
  */
@@ -46,7 +46,9 @@ function stripPrefix(prefix: string): Rewriter {
   return function stripPrefixRewrite(path) {
     if (!path.startsWith(cut)) return path;
     const rest = path.slice(cut.length);
-    return rest.startsWith("/") ? rest : `/${rest}`;
+    // Whole segments only: "/api" strips "/api" and "/api/…", never the "/api" of "/apix".
+    if (rest !== "" && !rest.startsWith("/")) return path;
+    return rest === "" ? "/" : rest;
   };
 }
 

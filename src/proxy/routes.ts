@@ -165,9 +165,11 @@ function accepts<A>(
   if (route.methods && !route.methods.has(method)) return false;
   if (route.host && route.host !== host) return false;
   const criteria = route.criteria;
+  // Call the lookups as methods: a RequestFacts may be a class instance that needs its `this`.
   return !criteria ||
-    (holds(criteria.headers, facts.header) && holds(criteria.query, facts.query) &&
-      holds(criteria.cookies, facts.cookie));
+    (holds(criteria.headers, (name) => facts.header(name)) &&
+      holds(criteria.query, (name) => facts.query(name)) &&
+      holds(criteria.cookies, (name) => facts.cookie(name)));
 }
 
 function holds(

@@ -131,14 +131,15 @@ export async function proxyRequest(
       return {
         status: answer.response.statusCode ?? 502,
         rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId),
-        stream: streamUpstream(answer.response, egress.settings.bodyIdleMs, finish),
+        stream: streamUpstream(answer.response, egress.idle, finish),
       };
     } catch (error) {
       if (!(error instanceof AttemptFailure)) throw error;
       egress.finish(way, backend, { instanceOk: error.instanceOk, backendOk: error.backendOk });
       const replayable = !error.bodyTaken && (!hasBody || error.unsent);
-      const more = eligible && replayable && attempt < action.attempts &&
-        !context.signal.aborted && egress.tryRetry();
+      const more = eligible && replayable && !deniedByDeno(error.cause) &&
+        attempt < action.attempts &&
+        !context.aborted && egress.tryRetry();
       if (!more) {
         throw fail(
           services,
@@ -148,7 +149,7 @@ export async function proxyRequest(
         );
       }
       const wait = backoffMs(attempt, egress.settings.backoff, () => egress.random());
-      if (wait > 0) await sleep(wait, context.signal);
+      if (wait > 0) await sleep(wait, context);
     }
   }
 }
@@ -200,7 +201,12 @@ function sendAttempt(
   hasBody: boolean,
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    let connected = false;
+    // Connected once node handed the request a socket that is done connecting (for SOCKS: after
+    // the CONNECT reply); read when a failure is classified, so no listener is needed for it.
+    const connected = () => {
+      const socket = upstream.socket;
+      return socket !== null && socket !== undefined && !socket.connecting;
+    };
     let bodyTaken = false;
     let settled = false;
     const upstream = http.request({
@@ -218,7 +224,7 @@ function sendAttempt(
         return;
       }
       settled = true;
-      context.signal.removeEventListener("abort", onAbort);
+      stopWaiting();
       if (error) {
         if (bodyTaken) context.request.unpipe(upstream);
         upstream.destroy();
@@ -227,34 +233,36 @@ function sendAttempt(
         resolve(answer!);
       }
     };
-    const onAbort = () =>
+    const stopWaiting = context.onAbort(() =>
       settle(
-        new AttemptFailure("upstream_timeout", context.signal.reason, {
-          instanceOk: !connected,
-          backendOk: connected ? false : undefined,
-          unsent: !connected,
+        new AttemptFailure("upstream_timeout", new Error("Aborted: deadline or client gone"), {
+          instanceOk: !connected(),
+          backendOk: connected() ? false : undefined,
+          unsent: !connected(),
           bodyTaken,
         }),
-      );
-    if (context.signal.aborted) return onAbort();
-    context.signal.addEventListener("abort", onAbort);
-    upstream.once("socket", (socket) => {
-      const start = () => {
-        connected = true;
-        if (hasBody) {
+      )
+    );
+    if (settled) return;
+    if (hasBody) {
+      upstream.once("socket", (socket) => {
+        const start = () => {
           bodyTaken = true;
           context.request.pipe(upstream);
-        }
-      };
-      if (socket.connecting) socket.once("connect", start);
-      else start();
-    });
-    if (!hasBody) upstream.end();
+        };
+        if (socket.connecting) socket.once("connect", start);
+        else start();
+      });
+    } else {
+      upstream.end();
+    }
     upstream.once("response", (response) => settle(null, { response }));
-    upstream.once("upgrade", (response, socket: Duplex, head: Uint8Array) => {
-      settle(null, { response, tunnel: { socket, head } });
-    });
-    upstream.once("error", (error) => settle(classify(error, connected, bodyTaken)));
+    if (context.upgrade) {
+      upstream.once("upgrade", (response, socket: Duplex, head: Uint8Array) => {
+        settle(null, { response, tunnel: { socket, head } });
+      });
+    }
+    upstream.once("error", (error) => settle(classify(error, connected(), bodyTaken)));
   });
 }
 
@@ -291,13 +299,21 @@ function classify(error: Error, connected: boolean, bodyTaken: boolean): Attempt
   });
 }
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
+/** A missing `--allow-net` grant: retrying on another instance cannot help. */
+function deniedByDeno(error: unknown): boolean {
+  for (let e = error; e instanceof Error; e = e.cause) {
+    if (e instanceof Deno.errors.NotCapable) return true;
+  }
+  return false;
+}
+
+function sleep(ms: number, context: RequestContext): Promise<void> {
   return new Promise((resolve) => {
     const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
+    const stop = context.onAbort(done);
     function done() {
       clearTimeout(timer);
-      signal.removeEventListener("abort", done);
+      stop();
       resolve();
     }
   });

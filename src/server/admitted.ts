@@ -1,6 +1,7 @@
 /**
- * The context of one admitted request. Its abort signal is created only when a phase asks for it
- * (the proxy does; fixed replies never pay for it).
+ * The context of one admitted request. Aborting it (deadline, client gone) calls the listeners a
+ * waiting phase registered — a plain list, not an `AbortController`: fixed replies never register
+ * one, and the proxy registers one per attempt.
  *
  * @module
  */
@@ -23,10 +24,13 @@ export class AdmittedRequest implements RequestContext {
   readonly request: IncomingMessage;
   readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
   timeoutKind: FailureKind = "deadline_exceeded";
-  #controller?: AbortController;
+  aborted = false;
+  #listeners?: Set<() => void>;
 
-  /** @param fields everything but the signal */
-  constructor(fields: Omit<RequestContext, "signal" | "timeoutKind">) {
+  /** @param fields everything but the abort state */
+  constructor(
+    fields: Omit<RequestContext, "aborted" | "onAbort" | "timeoutKind">,
+  ) {
     this.lane = fields.lane;
     this.head = fields.head;
     this.headers = fields.headers;
@@ -37,14 +41,22 @@ export class AdmittedRequest implements RequestContext {
     this.upgrade = fields.upgrade;
   }
 
-  /** Aborted by {@link abort}. */
-  get signal(): AbortSignal {
-    this.#controller ??= new AbortController();
-    return this.#controller.signal;
+  /** Calls `listener` once on {@link abort}; returns a function that unregisters it. */
+  onAbort(listener: () => void): () => void {
+    if (this.aborted) {
+      listener();
+      return () => {};
+    }
+    (this.#listeners ??= new Set()).add(listener);
+    return () => this.#listeners?.delete(listener);
   }
 
-  /** Aborts whatever waits on this request (deadline, client gone). */
-  abort(reason: string): void {
-    this.#controller?.abort(reason);
+  /** Aborts whatever waits on this request (deadline, client gone); idempotent. */
+  abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    const listeners = this.#listeners;
+    this.#listeners = undefined;
+    for (const listener of listeners ?? []) listener();
   }
 }

@@ -28,8 +28,10 @@ export interface RequestContext {
   readonly ticket: Reservation;
   /** The request itself, for its body (read it only to forward it). */
   readonly request: IncomingMessage;
-  /** Aborted when the lane's deadline passes or the client goes away. */
-  readonly signal: AbortSignal;
+  /** True once the lane's deadline passed or the client went away. */
+  readonly aborted: boolean;
+  /** Calls `listener` once when the request is aborted; returns a function that unregisters it. */
+  onAbort(listener: () => void): () => void;
   /** What the deadline answers with; a phase waiting on an upstream sets `upstream_timeout`. */
   timeoutKind: FailureKind;
   /** Present on an `Upgrade` request: the client socket and the bytes read past the head. */

@@ -8,7 +8,8 @@
  * 3. the request-head checks (400/414/431);
  * 4. the lane allowlist, then the lane's dataplane (public) or a typed 404 denial;
  * 5. the deadline: a reply not started by the lane's deadline is a 503 (504 while waiting on an
- *    upstream) and a cancellation.
+ *    upstream) and a cancellation. Waiting replies are swept periodically (see deadline_sweep.ts);
+ *    a reply that arrives after its deadline is replaced at once.
  *
  * Connections are counted against the lane's ceiling when accepted, before any byte is parsed;
  * the head timeout, idle timeout and header-size cap are the server's (see docs/decisions.md).
@@ -25,6 +26,7 @@ import type { ResponseStats } from "../observe/stats.ts";
 import { failureReply, GatewayError } from "../proxy/errors.ts";
 import { requestIdFor } from "../proxy/request_id.ts";
 import { AdmittedRequest } from "./admitted.ts";
+import { DeadlineSweep } from "./deadline_sweep.ts";
 import type { LaneTable } from "./lane.ts";
 import { type Outlet, responseOutlet, socketOutlet } from "./outlet.ts";
 import { writeRawReply } from "./raw_reply.ts";
@@ -73,6 +75,8 @@ export function createLaneServer<S extends LaneServices>(
   const { ledger, stats } = services;
   const budgets = new WeakMap<Socket, ConnectionBudget>();
   const drains = lane.descriptor.drains;
+  const laneProfile = ledger.profile.lanes.find((p) => p.name === name)!;
+  const deadlines = new DeadlineSweep(laneProfile.deadlineMs, () => ledger.now());
 
   const server = http.createServer({
     maxHeaderSize: limits.headerBytes,
@@ -124,7 +128,7 @@ export function createLaneServer<S extends LaneServices>(
       request,
       upgrade,
     });
-    outlet.onAbandon(() => context.abort("client closed"));
+    outlet.onAbandon(() => context.abort());
     let outcome: Reply | Promise<Reply>;
     try {
       const route = lane.find(head.method, head.path);
@@ -170,24 +174,33 @@ export function createLaneServer<S extends LaneServices>(
 
   function awaitReply(pending: Promise<Reply>, outlet: Outlet, context: AdmittedRequest): void {
     const { ticket, requestId } = context;
-    const timer = setTimeout(() => {
-      if (outlet.spent || !ticket.live) return;
-      context.abort("deadline");
-      ledger.expire(ticket);
-      send(failureReply(context.timeoutKind, requestId), requestId, (r, extra) => {
-        outlet.send(r, extra);
-      });
-    }, Math.max(0, ticket.deadline - ledger.now()));
+    const unwatch = deadlines.add({
+      deadline: ticket.deadline,
+      expire() {
+        if (outlet.spent || !ticket.live) return;
+        context.abort();
+        ledger.expire(ticket);
+        send(failureReply(context.timeoutKind, requestId), requestId, (r, extra) => {
+          outlet.send(r, extra);
+        });
+      },
+    });
     pending.then(
-      (reply) => deliver(outlet, reply, ticket, requestId),
-      (error) => deliver(outlet, errorReply(error, requestId), ticket, requestId),
-    ).finally(() => clearTimeout(timer));
+      (reply) => {
+        unwatch();
+        deliver(outlet, reply, ticket, requestId);
+      },
+      (error) => {
+        unwatch();
+        deliver(outlet, errorReply(error, requestId), ticket, requestId);
+      },
+    );
   }
 
   /** Holds a connection unanswered until the lane's deadline, then closes it. */
   function hold(outlet: Outlet, ticket: Reservation): void {
-    const timer = setTimeout(() => outlet.destroy(), Math.max(0, ticket.deadline - ledger.now()));
-    outlet.onAbandon(() => clearTimeout(timer));
+    const unwatch = deadlines.add({ deadline: ticket.deadline, expire: () => outlet.destroy() });
+    outlet.onAbandon(unwatch);
   }
 
   /** Counts and writes a reply through `write`, adding the request id. */
@@ -236,6 +249,8 @@ export function createLaneServer<S extends LaneServices>(
     const requestId = crypto.randomUUID();
     writeRawReply(socket, failureReply(kind, requestId), { "x-request-id": requestId }, () => {});
   });
+
+  server.on("close", () => deadlines.stop());
 
   function errorReply(error: unknown, requestId: string): Reply {
     if (error instanceof GatewayError) return failureReply(error.kind, requestId);

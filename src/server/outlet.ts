@@ -28,8 +28,16 @@ export interface Outlet {
  * The outlet of an ordinary request: releases `ticket` when the response finishes or closes.
  */
 export function responseOutlet(response: http.ServerResponse, ticket: Reservation): Outlet {
-  response.once("finish", () => ticket.live && ticket.complete());
-  response.once("close", () => ticket.live && ticket.cancel());
+  let abandon: (() => void)[] | undefined;
+  // One listener: "close" follows "finish" on a delivered response, and comes alone otherwise.
+  response.once("close", () => {
+    if (response.writableFinished) {
+      if (ticket.live) ticket.complete();
+      return;
+    }
+    if (ticket.live) ticket.cancel();
+    for (const listener of abandon ?? []) listener();
+  });
   return {
     get spent() {
       return response.headersSent || response.destroyed;
@@ -41,9 +49,7 @@ export function responseOutlet(response: http.ServerResponse, ticket: Reservatio
       response.destroy();
     },
     onAbandon(listener) {
-      response.once("close", () => {
-        if (!response.writableFinished) listener();
-      });
+      (abandon ??= []).push(listener);
     },
   };
 }

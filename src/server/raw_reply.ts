@@ -56,7 +56,7 @@ export function writeRawReply(
   if (reply.stream) {
     const headers = [...(reply.rawHeaders ?? []), ...close];
     socket.write(renderHead(reply.status, headers));
-    reply.stream.pipeTo(socket as never);
+    reply.stream.pipeTo(socket as unknown as Parameters<typeof reply.stream.pipeTo>[0]);
     socket.once("finish", () => onDone(true));
     return;
   }

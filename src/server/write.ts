@@ -24,11 +24,11 @@ export function writeReply(
   extra: Record<string, string>,
 ): void {
   if (reply.stream) {
-    const headers = [...(reply.rawHeaders ?? [])];
-    for (const [name, value] of Object.entries(extra)) {
-      if (name !== "x-request-id") headers.push(name, value);
-    }
-    response.writeHead(reply.status, headers);
+    // rawHeaders already carry the request id (hygiene sets it); add only a connection close.
+    const headers = extra.connection
+      ? [...(reply.rawHeaders ?? []), "connection", extra.connection]
+      : reply.rawHeaders ?? [];
+    response.writeHead(reply.status, headers as string[]);
     reply.stream.pipeTo(response);
     return;
   }

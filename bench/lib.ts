@@ -1,0 +1,176 @@
+/**
+ * Shared pieces of the benchmark scripts: free ports, child processes that say "ready", wrk runs,
+ * medians and markdown rows. Loopback only.
+ *
+ * @module
+ */
+import { stringify } from "yaml";
+
+/** The repository root. */
+export const ROOT = new URL("../", import.meta.url).pathname;
+
+/** One wrk result. */
+export interface WrkResult {
+  readonly rps: number;
+  readonly p50: number;
+  readonly p99: number;
+  /** Transfer per second in MB (10^6 bytes). */
+  readonly mbps: number;
+  readonly non2xx: number;
+}
+
+/** A free loopback port (bound once, then released). */
+export function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+/** True when `command` runs (`--version`-style probe). */
+export async function has(command: string, args: string[] = ["--version"]): Promise<boolean> {
+  try {
+    await new Deno.Command(command, { args, stdout: "null", stderr: "null" }).output();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Spawns a command and waits until its stderr or stdout contains `ready` (or, when `port` is given,
+ * until the port accepts connections).
+ */
+export async function spawnReady(
+  command: string,
+  args: string[],
+  options: { port?: number; env?: Record<string, string> } = {},
+): Promise<Deno.ChildProcess> {
+  const child = new Deno.Command(command, {
+    args,
+    stderr: "piped",
+    stdout: "piped",
+    env: options.env,
+  }).spawn();
+  const drain = async (stream: ReadableStream<Uint8Array>, onText?: (t: string) => void) => {
+    const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      onText?.(value);
+    }
+  };
+  let seen = "";
+  let ready!: () => void;
+  const signalled = new Promise<void>((resolve) => ready = resolve);
+  const watch = (text: string) => {
+    seen += text;
+    if (/ready/.test(seen)) ready();
+  };
+  drain(child.stderr, watch);
+  drain(child.stdout, watch);
+  const until = Date.now() + 20_000;
+  if (options.port !== undefined) {
+    for (;;) {
+      try {
+        (await Deno.connect({ hostname: "127.0.0.1", port: options.port })).close();
+        break;
+      } catch {
+        if (Date.now() > until) throw new Error(`${command} did not listen: ${seen}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+  } else {
+    const timeout = new Promise<never>((_, reject) =>
+      setTimeout(() => reject(new Error(`${command} not ready: ${seen}`)), 20_000)
+    );
+    await Promise.race([signalled, timeout]);
+  }
+  return child;
+}
+
+/** Stops children (SIGTERM, then waits). */
+export async function stopAll(children: Deno.ChildProcess[]): Promise<void> {
+  for (const child of children) {
+    try {
+      child.kill("SIGTERM");
+    } catch { /* gone */ }
+  }
+  await Promise.all(children.map((child) => child.status));
+}
+
+/** Runs wrk and parses its summary. */
+export async function wrk(
+  url: string,
+  options: { seconds: number; connections: number; headers?: string[] },
+): Promise<WrkResult> {
+  const headers = (options.headers ?? []).flatMap((h) => ["-H", h]);
+  const args = [
+    "-t2",
+    `-c${options.connections}`,
+    `-d${options.seconds}s`,
+    "--latency",
+    ...headers,
+    url,
+  ];
+  const out = await new Deno.Command("wrk", { args, stdout: "piped", stderr: "piped" }).output();
+  const text = new TextDecoder().decode(out.stdout);
+  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(text)?.[1]);
+  const ms = (label: string) => {
+    const match = new RegExp(`\\s${label}%\\s+([\\d.]+)(us|ms|s)`).exec(text);
+    if (!match) return NaN;
+    const scale = match[2] === "us" ? 0.001 : match[2] === "s" ? 1000 : 1;
+    return Number(match[1]) * scale;
+  };
+  const transfer = /Transfer\/sec:\s+([\d.]+)(B|KB|MB|GB)/.exec(text);
+  const unit = { B: 1e-6, KB: 1.024e-3, MB: 1.048576, GB: 1073.741824 } as const;
+  const mbps = transfer ? Number(transfer[1]) * unit[transfer[2] as keyof typeof unit] : NaN;
+  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(text)?.[1] ?? 0);
+  if (!Number.isFinite(rps)) throw new Error(`wrk output not understood:\n${text}`);
+  return { rps, p50: ms("50"), p99: ms("99"), mbps, non2xx };
+}
+
+/** The median of a list. */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+/**
+ * Writes a gateway config and tenants into `dir`, and returns the flags `main.ts flags` derives.
+ */
+export async function writeGateway(
+  dir: string,
+  config: Record<string, unknown>,
+  tenants: Record<string, unknown>[],
+): Promise<string[]> {
+  await Deno.mkdir(`${dir}/tenants`, { recursive: true });
+  await Deno.writeTextFile(`${dir}/config.yaml`, stringify(config));
+  for (const tenant of tenants) {
+    await Deno.writeTextFile(`${dir}/tenants/${tenant.host}.yaml`, stringify(tenant));
+  }
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-read",
+      "--ignore-env=LOG_STREAM,LOG_TOKENS",
+      `${ROOT}main.ts`,
+      "flags",
+      `${dir}/config.yaml`,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (out.code !== 0) throw new Error(new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout).trim().split(" ");
+}
+
+/** A process's resident set size in bytes (`ps`; Deno needs full access to read /proc). */
+export async function rssOf(pid: number): Promise<number> {
+  const out = await new Deno.Command("ps", {
+    args: ["-o", "rss=", "-p", String(pid)],
+    stdout: "piped",
+  })
+    .output();
+  return Number(new TextDecoder().decode(out.stdout).trim()) * 1024;
+}

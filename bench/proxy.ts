@@ -1,0 +1,257 @@
+/**
+ * The proxy benchmark: the full chain (public lane → ledger → routing → header hygiene → SOCKS →
+ * upstream) against a minimal Deno proxy through the same microsocks and the same nginx upstream.
+ * Cases are interleaved, each run `BENCH_RUNS` times; prints rps, p50, p99 and the ratio; then
+ * 1 MiB bodies, and the gateway's RSS growth while a 1 GiB body streams down and up.
+ *
+ * Needs `wrk`, `nginx` and `microsocks` (Debian: apt-get install -y wrk nginx microsocks).
+ * Usage: deno task bench:proxy
+ *
+ * @module
+ */
+import {
+  freePort,
+  has,
+  median,
+  ROOT,
+  rssOf,
+  spawnReady,
+  stopAll,
+  writeGateway,
+  wrk,
+  type WrkResult,
+} from "./lib.ts";
+
+const RUNS = Number(Deno.env.get("BENCH_RUNS") ?? 3);
+const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
+const BODY_64 = "x".repeat(64);
+
+async function main() {
+  const missing = [];
+  for (const [tool, args] of [["wrk", ["--version"]], ["nginx", ["-v"]], ["microsocks", ["-h"]]]) {
+    if (!await has(tool as string, args as string[])) missing.push(tool);
+  }
+  if (missing.length > 0) {
+    console.error(
+      `bench/proxy: missing ${missing.join(", ")} (apt-get install -y ${
+        missing.join(" ")
+      }); skipped`,
+    );
+    return;
+  }
+  const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-proxy-" });
+  const children: Deno.ChildProcess[] = [];
+  try {
+    const ports = {
+      nginx: freePort(),
+      socks: freePort(),
+      gateway: freePort(),
+      local: freePort(),
+      minimal: freePort(),
+    };
+    await Deno.chmod(dir, 0o755); // nginx workers run as an unprivileged user
+    await Deno.mkdir(`${dir}/www`, { mode: 0o755 });
+    await Deno.writeFile(`${dir}/www/big`, new Uint8Array(1024 * 1024).fill(120));
+    const huge = await Deno.open(`${dir}/www/huge`, { create: true, write: true });
+    await huge.truncate(1024 ** 3); // sparse: no disk used
+    huge.close();
+    await Deno.writeTextFile(`${dir}/nginx.conf`, nginxConfig(dir, ports.nginx));
+    children.push(
+      await spawnReady("nginx", ["-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`], {
+        port: ports.nginx,
+      }),
+    );
+    children.push(
+      await spawnReady("microsocks", ["-i", "127.0.0.1", "-p", String(ports.socks)], {
+        port: ports.socks,
+      }),
+    );
+    const flags = await writeGateway(dir, gatewayConfig(ports), [{
+      host: "bench.test",
+      routes: [{
+        name: "all",
+        match: { prefix: "/" },
+        proxy: { backends: [{ url: `http://127.0.0.1:${ports.nginx}` }] },
+      }],
+    }]);
+    const gateway = await spawnReady(Deno.execPath(), [
+      "run",
+      "--no-prompt",
+      ...flags,
+      `${ROOT}main.ts`,
+      "serve",
+      `${dir}/config.yaml`,
+    ]);
+    children.push(gateway);
+    children.push(
+      await spawnReady(Deno.execPath(), [
+        "run",
+        "--no-prompt",
+        `--allow-net=127.0.0.1:${ports.minimal},127.0.0.1:${ports.socks}`,
+        "--allow-env",
+        "--allow-read",
+        `${ROOT}bench/fixtures/minimal_socks_proxy.ts`,
+        String(ports.minimal),
+        String(ports.socks),
+        "127.0.0.1",
+        String(ports.nginx),
+      ]),
+    );
+
+    const cases = [
+      { name: "minimal Deno proxy via microsocks", url: `http://127.0.0.1:${ports.minimal}` },
+      { name: "portcullis via microsocks", url: `http://127.0.0.1:${ports.gateway}` },
+    ];
+    const headers = ["Host: bench.test"];
+    await table("64 B responses", cases, headers, "/small", "rps");
+    await table("1 MiB responses", cases, headers, "/big", "mbps");
+    await streaming(gateway.pid, ports.gateway);
+  } finally {
+    await stopAll(children);
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+async function table(
+  title: string,
+  cases: { name: string; url: string }[],
+  headers: string[],
+  path: string,
+  metric: "rps" | "mbps",
+) {
+  const connections = metric === "rps" ? 64 : 16;
+  const results = new Map<string, WrkResult[]>();
+  for (const c of cases) await wrk(c.url + path, { seconds: 1, connections, headers }); // warm up
+  for (let run = 0; run < RUNS; run++) {
+    for (const c of cases) {
+      const result = await wrk(c.url + path, { seconds: SECONDS, connections, headers });
+      results.set(c.name, [...(results.get(c.name) ?? []), result]);
+    }
+  }
+  const base = median(results.get(cases[0].name)!.map((r) => r[metric]));
+  console.log(
+    `\n${title}: wrk -t2 -c${connections} -d${SECONDS}s, ${RUNS} interleaved runs, medians\n`,
+  );
+  console.log(
+    `| case | ${metric === "rps" ? "rps" : "MB/s"} | min-max | p50 ms | p99 ms | non-2xx | ratio |`,
+  );
+  console.log("|---|---|---|---|---|---|---|");
+  for (const c of cases) {
+    const rows = results.get(c.name)!;
+    const values = rows.map((r) => r[metric]);
+    console.log(
+      `| ${c.name} | ${median(values).toFixed(metric === "rps" ? 0 : 1)} | ` +
+        `${Math.min(...values).toFixed(0)}-${Math.max(...values).toFixed(0)} | ` +
+        `${median(rows.map((r) => r.p50)).toFixed(2)} | ${
+          median(rows.map((r) => r.p99)).toFixed(2)
+        } | ` +
+        `${rows.reduce((s, r) => s + r.non2xx, 0)} | ${(median(values) / base).toFixed(2)} |`,
+    );
+  }
+}
+
+/** Streams 1 GiB down and 1 GiB up through the gateway, sampling its RSS every 50 ms. */
+async function streaming(pid: number, port: number) {
+  console.log("\n1 GiB bodies through the gateway (RSS sampled every 50 ms)\n");
+  console.log("| direction | seconds | MB/s | RSS before MB | peak RSS MB | growth MB |");
+  console.log("|---|---|---|---|---|---|");
+  for (const direction of ["download", "upload"] as const) {
+    const before = await rssOf(pid);
+    let peak = before;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        peak = Math.max(peak, await rssOf(pid));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    })();
+    const started = performance.now();
+    const bytes = direction === "download" ? await download(port) : await upload(port);
+    const seconds = (performance.now() - started) / 1000;
+    sampling = false;
+    await sampler;
+    const mb = (n: number) => (n / 1024 / 1024).toFixed(1);
+    console.log(
+      `| ${direction} | ${seconds.toFixed(1)} | ${(bytes / 1e6 / seconds).toFixed(0)} | ` +
+        `${mb(before)} | ${mb(peak)} | ${mb(peak - before)} |`,
+    );
+  }
+}
+
+async function download(port: number): Promise<number> {
+  const response = await fetch(`http://127.0.0.1:${port}/huge`, {
+    headers: { host: "bench.test" },
+  });
+  let total = 0;
+  for await (const chunk of response.body!) total += chunk.byteLength;
+  if (total !== 1024 ** 3) throw new Error(`download got ${total} bytes`);
+  return total;
+}
+
+async function upload(port: number): Promise<number> {
+  const total = 1024 ** 3;
+  const chunk = new Uint8Array(256 * 1024);
+  let sent = 0;
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (sent >= total) return controller.close();
+      sent += chunk.byteLength;
+      controller.enqueue(chunk);
+    },
+  });
+  const response = await fetch(`http://127.0.0.1:${port}/sink`, {
+    method: "POST",
+    headers: { host: "bench.test", "content-length": String(total) },
+    body,
+  });
+  await response.body?.cancel();
+  if (response.status !== 200) throw new Error(`upload answered ${response.status}`);
+  return total;
+}
+
+function gatewayConfig(ports: Record<string, number>): Record<string, unknown> {
+  return {
+    node_id: "bench-edge",
+    mode: "local",
+    tenants_dir: "tenants",
+    lanes: {
+      public: { listen: [{ hostname: "127.0.0.1", port: ports.gateway }] },
+      local_health: { listen: [{ hostname: "127.0.0.1", port: ports.local }] },
+    },
+    timeouts: { header_ms: 10000, idle_ms: 30000, request_ms: 600000 },
+    ledger: {
+      application_slots: 1024,
+      inflight_bytes: 1 << 30,
+      per_connection: 8,
+      lanes: { public: { deadline_ms: 60000 } },
+    },
+    egress: { socks: [{ hostname: "127.0.0.1", port: ports.socks }] },
+  };
+}
+
+function nginxConfig(dir: string, port: number): string {
+  return `worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/nginx-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  server {
+    listen 127.0.0.1:${port};
+    client_max_body_size 2g;
+    location = /small { default_type text/plain; return 200 "${BODY_64}"; }
+    location = /sink { client_body_buffer_size 64k; client_body_in_file_only off; return 200 "ok"; }
+    location / { root ${dir}/www; }
+  }
+}
+`;
+}
+
+await main();
