@@ -9,6 +9,7 @@
  *
  * @module
  */
+import http from "node:http";
 import {
   freePort,
   has,
@@ -25,6 +26,8 @@ import {
 const RUNS = Number(Deno.env.get("BENCH_RUNS") ?? 3);
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
 const BODY_64 = "x".repeat(64);
+/** A small young generation: external buffers are freed sooner while bodies stream. */
+const SMALL_YOUNG = "--max-semi-space-size=1";
 
 async function main() {
   const missing = [];
@@ -41,12 +44,11 @@ async function main() {
   }
   const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-proxy-" });
   const children: Deno.ChildProcess[] = [];
+  const closers: (() => void)[] = [];
   try {
     const ports = {
       nginx: freePort(),
       socks: freePort(),
-      gateway: freePort(),
-      local: freePort(),
       minimal: freePort(),
     };
     await Deno.chmod(dir, 0o755); // nginx workers run as an unprivileged user
@@ -66,23 +68,40 @@ async function main() {
         port: ports.socks,
       }),
     );
-    const flags = await writeGateway(dir, gatewayConfig(ports), [{
+    const sink = await startSink();
+    closers.push(() => sink.close());
+    const tenants = [{
       host: "bench.test",
-      routes: [{
-        name: "all",
-        match: { prefix: "/" },
-        proxy: { backends: [{ url: `http://127.0.0.1:${ports.nginx}` }] },
-      }],
-    }]);
-    const gateway = await spawnReady(Deno.execPath(), [
-      "run",
-      "--no-prompt",
-      ...flags,
-      `${ROOT}main.ts`,
-      "serve",
-      `${dir}/config.yaml`,
-    ]);
-    children.push(gateway);
+      routes: [
+        {
+          name: "sink",
+          match: { path: "/sink" },
+          proxy: { backends: [{ url: `http://127.0.0.1:${sink.port}` }] },
+        },
+        {
+          name: "all",
+          match: { prefix: "/" },
+          proxy: { backends: [{ url: `http://127.0.0.1:${ports.nginx}` }] },
+        },
+      ],
+    }];
+    const start = async (name: string, v8: string[]) => {
+      const at = { ...ports, gateway: freePort(), local: freePort() };
+      const flags = await writeGateway(`${dir}/${name}`, gatewayConfig(at), tenants);
+      const child = await spawnReady(Deno.execPath(), [
+        "run",
+        "--no-prompt",
+        ...flags,
+        ...v8,
+        `${ROOT}main.ts`,
+        "serve",
+        `${dir}/${name}/config.yaml`,
+      ]);
+      children.push(child);
+      return { child, port: at.gateway };
+    };
+    const plain = await start("default", []);
+    const small = await start("semi1", [`--v8-flags=${SMALL_YOUNG}`]);
     children.push(
       await spawnReady(Deno.execPath(), [
         "run",
@@ -100,13 +119,25 @@ async function main() {
 
     const cases = [
       { name: "minimal Deno proxy via microsocks", url: `http://127.0.0.1:${ports.minimal}` },
-      { name: "portcullis via microsocks", url: `http://127.0.0.1:${ports.gateway}` },
+      { name: "portcullis via microsocks", url: `http://127.0.0.1:${plain.port}` },
+      { name: `portcullis via microsocks, ${SMALL_YOUNG}`, url: `http://127.0.0.1:${small.port}` },
     ];
     const headers = ["Host: bench.test"];
     await table("64 B responses", cases, headers, "/small", "rps");
     await table("1 MiB responses", cases, headers, "/big", "mbps");
-    await streaming(gateway.pid, ports.gateway);
+
+    // Then, on fresh gateway processes: RSS while 1 GiB streams down and up.
+    console.log("\n1 GiB bodies through a fresh gateway (RSS sampled every 50 ms)\n");
+    console.log(
+      "| gateway | direction | seconds | MB/s | RSS before MB | peak RSS MB | growth MB |",
+    );
+    console.log("|---|---|---|---|---|---|---|");
+    const fresh = await start("fresh-default", []);
+    await streaming("default V8 flags", fresh.child.pid, fresh.port);
+    const freshSmall = await start("fresh-semi1", [`--v8-flags=${SMALL_YOUNG}`]);
+    await streaming(SMALL_YOUNG, freshSmall.child.pid, freshSmall.port);
   } finally {
+    for (const close of closers) close();
     await stopAll(children);
     await Deno.remove(dir, { recursive: true });
   }
@@ -150,11 +181,8 @@ async function table(
   }
 }
 
-/** Streams 1 GiB down and 1 GiB up through the gateway, sampling its RSS every 50 ms. */
-async function streaming(pid: number, port: number) {
-  console.log("\n1 GiB bodies through the gateway (RSS sampled every 50 ms)\n");
-  console.log("| direction | seconds | MB/s | RSS before MB | peak RSS MB | growth MB |");
-  console.log("|---|---|---|---|---|---|");
+/** Streams 1 GiB down and 1 GiB up through a gateway, sampling its RSS every 50 ms. */
+async function streaming(label: string, pid: number, port: number) {
   for (const direction of ["download", "upload"] as const) {
     const before = await rssOf(pid);
     let peak = before;
@@ -172,41 +200,84 @@ async function streaming(pid: number, port: number) {
     await sampler;
     const mb = (n: number) => (n / 1024 / 1024).toFixed(1);
     console.log(
-      `| ${direction} | ${seconds.toFixed(1)} | ${(bytes / 1e6 / seconds).toFixed(0)} | ` +
+      `| ${label} | ${direction} | ${seconds.toFixed(1)} | ${
+        (bytes / 1e6 / seconds).toFixed(0)
+      } | ` +
         `${mb(before)} | ${mb(peak)} | ${mb(peak - before)} |`,
     );
   }
 }
 
-async function download(port: number): Promise<number> {
-  const response = await fetch(`http://127.0.0.1:${port}/huge`, {
-    headers: { host: "bench.test" },
+/** An upstream that reads request bodies to the end before answering (nginx's `return` would not). */
+async function startSink(): Promise<{ port: number; close(): void }> {
+  const server = http.createServer((request, response) => {
+    let bytes = 0;
+    request.on("data", (chunk: Uint8Array) => bytes += chunk.byteLength);
+    request.on("end", () => {
+      const body = String(bytes);
+      response.writeHead(200, { "content-length": String(body.length) });
+      response.end(body);
+    });
   });
-  let total = 0;
-  for await (const chunk of response.body!) total += chunk.byteLength;
-  if (total !== 1024 ** 3) throw new Error(`download got ${total} bytes`);
-  return total;
+  await new Promise<void>((resolve) => server.listen({ host: "127.0.0.1", port: 0 }, resolve));
+  const port = (server.address() as { port: number }).port;
+  return { port, close: () => server.close() };
 }
 
-async function upload(port: number): Promise<number> {
+/** GETs the 1 GiB file through the gateway, discarding it; returns the bytes received. */
+function download(port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const request = http.get({
+      host: "127.0.0.1",
+      port,
+      path: "/huge",
+      headers: { host: "bench.test" },
+    }, (response) => {
+      let total = 0;
+      response.on("data", (chunk: Uint8Array) => total += chunk.byteLength);
+      response.on(
+        "end",
+        () =>
+          total === 1024 ** 3 ? resolve(total) : reject(new Error(`download got ${total} bytes`)),
+      );
+      response.on("error", reject);
+    });
+    request.on("error", reject);
+  });
+}
+
+/** POSTs 1 GiB through the gateway to the bench's sink; returns the bytes sent. */
+function upload(port: number): Promise<number> {
   const total = 1024 ** 3;
-  const chunk = new Uint8Array(256 * 1024);
-  let sent = 0;
-  const body = new ReadableStream<Uint8Array>({
-    pull(controller) {
-      if (sent >= total) return controller.close();
-      sent += chunk.byteLength;
-      controller.enqueue(chunk);
-    },
+  const chunk = Buffer.alloc(256 * 1024, 120);
+  return new Promise((resolve, reject) => {
+    const request = http.request({
+      host: "127.0.0.1",
+      port,
+      path: "/sink",
+      method: "POST",
+      headers: { host: "bench.test", "content-length": String(total) },
+    }, (response) => {
+      response.resume();
+      response.on(
+        "end",
+        () =>
+          response.statusCode === 200
+            ? resolve(total)
+            : reject(new Error(`upload answered ${response.statusCode}`)),
+      );
+    });
+    request.on("error", reject);
+    let sent = 0;
+    const pump = () => {
+      while (sent < total) {
+        sent += chunk.byteLength;
+        if (!request.write(chunk)) return void request.once("drain", pump);
+      }
+      request.end();
+    };
+    pump();
   });
-  const response = await fetch(`http://127.0.0.1:${port}/sink`, {
-    method: "POST",
-    headers: { host: "bench.test", "content-length": String(total) },
-    body,
-  });
-  await response.body?.cancel();
-  if (response.status !== 200) throw new Error(`upload answered ${response.status}`);
-  return total;
 }
 
 function gatewayConfig(ports: Record<string, number>): Record<string, unknown> {
@@ -247,7 +318,6 @@ http {
     listen 127.0.0.1:${port};
     client_max_body_size 2g;
     location = /small { default_type text/plain; return 200 "${BODY_64}"; }
-    location = /sink { client_body_buffer_size 64k; client_body_in_file_only off; return 200 "ok"; }
     location / { root ${dir}/www; }
   }
 }

@@ -14,7 +14,7 @@ import { socksConnect, type SocksInstance } from "./socks5.ts";
 export interface AgentSettings {
   /** Time allowed for a usable connection (TCP, plus the SOCKS handshake). */
   readonly connectTimeoutMs: number;
-  /** Idle keep-alive upstream connections are closed after this long. */
+  /** Idle keep-alive upstream connections are closed after this long (by the idle watch). */
   readonly idleSocketMs: number;
 }
 
@@ -26,15 +26,13 @@ type Callback = (error: Error | null, stream: Duplex) => void;
  */
 const LATER = undefined as unknown as Duplex;
 
-function agentOptions(settings: AgentSettings): http.AgentOptions {
-  return {
-    keepAlive: true,
-    maxSockets: Infinity,
-    maxFreeSockets: 256,
-    timeout: settings.idleSocketMs,
-    scheduling: "lifo",
-  };
-}
+/** Keep-alive without node's per-socket timers: idle sockets are closed by the idle watch. */
+const AGENT_OPTIONS: http.AgentOptions = {
+  keepAlive: true,
+  maxSockets: Infinity,
+  maxFreeSockets: 256,
+  scheduling: "lifo",
+};
 
 /** Opens every connection through one SOCKS5 instance. */
 export class SocksAgent extends http.Agent {
@@ -46,7 +44,7 @@ export class SocksAgent extends http.Agent {
    * @param settings connect timeout and idle keep-alive time
    */
   constructor(instance: SocksInstance, settings: AgentSettings) {
-    super(agentOptions(settings));
+    super(AGENT_OPTIONS);
     this.instance = instance;
     this.#timeoutMs = settings.connectTimeoutMs;
   }
@@ -78,7 +76,7 @@ export class DirectAgent extends http.Agent {
 
   /** @param settings connect timeout and idle keep-alive time */
   constructor(settings: AgentSettings) {
-    super(agentOptions(settings));
+    super(AGENT_OPTIONS);
     this.#timeoutMs = settings.connectTimeoutMs;
   }
 

@@ -66,10 +66,16 @@ export class Egress {
     this.pool = new InstancePool(this.#labels, { breaker: settings.breaker, clock });
     this.cache = new NegativeCache(settings.negativeCache, clock);
     this.budget = new RetryBudget(settings.retryBudget, clock);
-    this.idle = new IdleWatch(settings.bodyIdleMs);
+
     this.#direct = new Set(settings.direct.map((target) => target.toLowerCase()));
     this.#directAgent = new DirectAgent(settings);
     this.#socksAgents = settings.socks.map((instance) => new SocksAgent(instance, settings));
+    this.idle = new IdleWatch(
+      [this.#directAgent, ...this.#socksAgents],
+      { bodyIdleMs: settings.bodyIdleMs, socketIdleMs: settings.idleSocketMs },
+      clock,
+    );
+    this.idle.start();
     this.#random = random;
   }
 
@@ -95,7 +101,7 @@ export class Egress {
    * @param tried SOCKS instances this request already tried
    * @returns the way, or undefined when the backend cannot be reached
    */
-  way(backend: Backend, tried: ReadonlySet<number>): Way | undefined {
+  way(backend: Backend, tried?: ReadonlySet<number>): Way | undefined {
     if (this.isDirect(backend)) {
       return { kind: "direct", agent: this.#directAgent, label: "direct" };
     }

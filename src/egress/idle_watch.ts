@@ -1,68 +1,113 @@
 /**
- * Upstream bodies that go quiet: one periodic sweep compares each watched socket's byte count with
- * the previous sweep, instead of a timer refreshed on every chunk. A body is declared idle after
- * between `idleMs` and 1.5 × `idleMs` without a byte.
+ * Idle upstream connections, found by one periodic sweep over the agents' sockets instead of a
+ * timer per request:
+ *
+ * - an in-use socket whose response body is still arriving and that read nothing for `bodyIdleMs`
+ *   has that response destroyed (the streaming code then cuts the client response off);
+ * - a pooled keep-alive socket left unused for `socketIdleMs` is closed.
+ *
+ * Nothing is registered per request: the sweep reads node's own bookkeeping (the agent's in-use
+ * and free socket lists, and each socket's current request and response). Per-request timers and
+ * per-request entries in long-lived collections both measurably cost proxy throughput. A limit
+ * fires between 1× and 1.5× its value.
  *
  * @module
  */
+import type http from "node:http";
 
-/** What the watch reads: a socket's running byte count. */
-export interface ByteCounter {
+/** What the sweep reads from an upstream socket (node's `_httpMessage` is its request). */
+interface UpstreamSocket {
   readonly bytesRead: number;
+  readonly _httpMessage?: { readonly res?: http.IncomingMessage | null } | null;
+  destroy(): void;
 }
 
-interface Watched {
-  readonly socket: ByteCounter;
-  readonly onIdle: () => void;
+interface Progress {
   seen: number;
   quietSweeps: number;
 }
 
-/** Watches streaming upstream bodies for silence. */
+/** Watches the sockets of some agents. */
 export class IdleWatch {
-  readonly #watched = new Set<Watched>();
+  readonly #agents: readonly http.Agent[];
+  readonly #progress = new WeakMap<object, Progress>();
+  readonly #freeSince = new WeakMap<object, number>();
   readonly #intervalMs: number;
-  readonly #sweepsToIdle: number;
+  readonly #bodySweeps: number;
+  readonly #socketIdleMs: number;
+  readonly #clock: () => number;
   #timer: number | undefined;
 
-  /** @param idleMs the longest silence allowed */
-  constructor(idleMs: number) {
-    this.#intervalMs = Math.max(5, Math.floor(idleMs / 2));
-    this.#sweepsToIdle = Math.max(1, Math.round(idleMs / this.#intervalMs));
-  }
-
   /**
-   * Watches `socket` until the returned function is called; calls `onIdle` once if it goes quiet.
+   * @param agents the agents whose sockets are watched
+   * @param limits the longest silence inside a body, and the longest unused keep-alive time
+   * @param clock milliseconds, monotonic
    */
-  watch(socket: ByteCounter, onIdle: () => void): () => void {
-    const entry: Watched = { socket, onIdle, seen: socket.bytesRead, quietSweeps: 0 };
-    this.#watched.add(entry);
-    if (this.#timer === undefined) {
-      // Deno's timers are numbers (node's types say Timeout); unref: it must not keep a process up.
-      const timer = setInterval(() => this.#sweep(), this.#intervalMs) as unknown as number;
-      Deno.unrefTimer(timer);
-      this.#timer = timer;
-    }
-    return () => this.#watched.delete(entry);
+  constructor(
+    agents: readonly http.Agent[],
+    limits: { readonly bodyIdleMs: number; readonly socketIdleMs: number },
+    clock: () => number,
+  ) {
+    this.#agents = agents;
+    this.#intervalMs = Math.max(
+      5,
+      Math.floor(Math.min(limits.bodyIdleMs, limits.socketIdleMs) / 2),
+    );
+    this.#bodySweeps = Math.max(1, Math.round(limits.bodyIdleMs / this.#intervalMs));
+    this.#socketIdleMs = limits.socketIdleMs;
+    this.#clock = clock;
   }
 
-  /** Stops watching everything. */
+  /** Starts sweeping (idempotent). */
+  start(): void {
+    if (this.#timer !== undefined) return;
+    // Deno's timers are numbers (node's types say Timeout); unref: it must not keep a process up.
+    const timer = setInterval(() => this.sweep(), this.#intervalMs) as unknown as number;
+    Deno.unrefTimer(timer);
+    this.#timer = timer;
+  }
+
+  /** Stops sweeping. */
   stop(): void {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
-    this.#watched.clear();
   }
 
-  #sweep(): void {
-    for (const entry of this.#watched) {
-      const now = entry.socket.bytesRead;
-      if (now !== entry.seen) {
-        entry.seen = now;
-        entry.quietSweeps = 0;
-      } else if (++entry.quietSweeps >= this.#sweepsToIdle) {
-        this.#watched.delete(entry);
-        entry.onIdle();
+  /** One sweep (exposed for tests). */
+  sweep(): void {
+    const now = this.#clock();
+    for (const agent of this.#agents) {
+      for (const list of Object.values(agent.sockets)) {
+        for (const socket of (list ?? []) as unknown as UpstreamSocket[]) {
+          this.#freeSince.delete(socket);
+          this.#checkBody(socket);
+        }
       }
+      for (const list of Object.values(agent.freeSockets)) {
+        for (const socket of (list ?? []) as unknown as UpstreamSocket[]) {
+          this.#progress.delete(socket);
+          const since = this.#freeSince.get(socket);
+          if (since === undefined) this.#freeSince.set(socket, now);
+          else if (now - since >= this.#socketIdleMs) socket.destroy();
+        }
+      }
+    }
+  }
+
+  #checkBody(socket: UpstreamSocket): void {
+    const response = socket._httpMessage?.res;
+    if (!response || response.complete || response.destroyed) {
+      this.#progress.delete(socket);
+      return;
+    }
+    const progress = this.#progress.get(socket);
+    if (!progress || progress.seen !== socket.bytesRead) {
+      this.#progress.set(socket, { seen: socket.bytesRead, quietSweeps: 0 });
+      return;
+    }
+    if (++progress.quietSweeps >= this.#bodySweeps) {
+      this.#progress.delete(socket);
+      response.destroy(new Error("Upstream body idle"));
     }
   }
 }

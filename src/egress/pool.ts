@@ -42,6 +42,30 @@ export interface Pick {
   readonly generation: number;
 }
 
+/** A pick as the pool issues it: it knows its pool and whether it was finished. */
+class IssuedPick implements Pick {
+  readonly index: number;
+  readonly trial: boolean;
+  readonly fallback: boolean;
+  readonly generation: number;
+  readonly pool: InstancePool;
+  open = true;
+
+  constructor(
+    pool: InstancePool,
+    index: number,
+    trial: boolean,
+    fallback: boolean,
+    generation: number,
+  ) {
+    this.pool = pool;
+    this.index = index;
+    this.trial = trial;
+    this.fallback = fallback;
+    this.generation = generation;
+  }
+}
+
 /** One instance as {@link InstancePool.snapshot} reports it. */
 export interface InstanceSnapshot {
   address: string;
@@ -94,7 +118,6 @@ export class InstancePool {
   readonly #alpha: number;
   readonly #clock: () => number;
   /** Picks not yet finished; finishing one twice (or a foreign one) changes nothing. */
-  readonly #open = new WeakSet<Pick>();
   #rotation = 0;
   #fallbackCursor = 0;
 
@@ -175,7 +198,10 @@ export class InstancePool {
    * @returns false, changing nothing, when the pick was already finished or is not this pool's
    */
   finish(pick: Pick, ok: boolean, latencyMs?: number): boolean {
-    if (!this.#open.delete(pick)) return false;
+    // A flag on the pick, not a WeakSet of open picks: per-request entries in a long-lived
+    // collection measurably raised garbage-collection cost on the proxy path.
+    if (!(pick instanceof IssuedPick) || pick.pool !== this || !pick.open) return false;
+    pick.open = false;
     const i = pick.index;
     this.#active[i]--;
     this.#requests[i]++;
@@ -220,9 +246,7 @@ export class InstancePool {
   #take(index: number, trial: boolean, fallback: boolean): Pick {
     this.#active[index]++;
     if (!fallback) this.#rotation = (index + 1) % this.size;
-    const pick: Pick = { index, trial, fallback, generation: this.#breakers[index].generation };
-    this.#open.add(pick);
-    return pick;
+    return new IssuedPick(this, index, trial, fallback, this.#breakers[index].generation);
   }
 
   /** The next instance in fallback round-robin order that is not in `skip`. */

@@ -82,7 +82,7 @@ export async function proxyRequest(
   const path = (action.rewrite ? action.rewrite(context.head.path, params) : context.head.path) +
     context.head.query;
   const eligible = retryEligible(method, action.retryPost);
-  const tried = new Set<number>();
+  let tried: Set<number> | undefined;
   context.timeoutKind = "upstream_timeout";
   egress.budget.request();
 
@@ -98,7 +98,7 @@ export async function proxyRequest(
         "no way out",
       );
     }
-    if (way.kind === "socks") tried.add(way.pick.index);
+    if (way.kind === "socks") (tried ??= new Set()).add(way.pick.index);
     const started = services.clock();
     const headers = upstreamHeaders(request.rawHeaders, {
       peer: context.peer,
@@ -131,7 +131,7 @@ export async function proxyRequest(
       return {
         status: answer.response.statusCode ?? 502,
         rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId),
-        stream: streamUpstream(answer.response, egress.idle, finish),
+        stream: streamUpstream(answer.response, finish),
       };
     } catch (error) {
       if (!(error instanceof AttemptFailure)) throw error;

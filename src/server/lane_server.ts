@@ -173,28 +173,29 @@ export function createLaneServer<S extends LaneServices>(
   }
 
   function awaitReply(pending: Promise<Reply>, outlet: Outlet, context: AdmittedRequest): void {
-    const { ticket, requestId } = context;
-    const unwatch = deadlines.add({
-      deadline: ticket.deadline,
-      expire() {
-        if (outlet.spent || !ticket.live) return;
-        context.abort();
-        ledger.expire(ticket);
-        send(failureReply(context.timeoutKind, requestId), requestId, (r, extra) => {
-          outlet.send(r, extra);
-        });
-      },
-    });
+    const waiting = new WaitingReply(outlet, context, expireWaiting);
+    const unwatch = deadlines.add(waiting);
     pending.then(
       (reply) => {
         unwatch();
-        deliver(outlet, reply, ticket, requestId);
+        deliver(outlet, reply, context.ticket, context.requestId);
       },
       (error) => {
         unwatch();
-        deliver(outlet, errorReply(error, requestId), ticket, requestId);
+        deliver(outlet, errorReply(error, context.requestId), context.ticket, context.requestId);
       },
     );
+  }
+
+  /** The deadline passed while a reply was awaited: abort the wait, answer, cancel. */
+  function expireWaiting(outlet: Outlet, context: AdmittedRequest): void {
+    const { ticket, requestId } = context;
+    if (outlet.spent || !ticket.live) return;
+    context.abort();
+    ledger.expire(ticket);
+    send(failureReply(context.timeoutKind, requestId), requestId, (r, extra) => {
+      outlet.send(r, extra);
+    });
   }
 
   /** Holds a connection unanswered until the lane's deadline, then closes it. */
@@ -270,4 +271,29 @@ function overloadReply(overload: Overload, requestId: string): Reply {
 
 function describe(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}
+
+/** A reply being awaited, as the deadline sweep sees it. */
+class WaitingReply {
+  readonly #outlet: Outlet;
+  readonly #context: AdmittedRequest;
+  readonly #onExpire: (outlet: Outlet, context: AdmittedRequest) => void;
+
+  constructor(
+    outlet: Outlet,
+    context: AdmittedRequest,
+    onExpire: (outlet: Outlet, context: AdmittedRequest) => void,
+  ) {
+    this.#outlet = outlet;
+    this.#context = context;
+    this.#onExpire = onExpire;
+  }
+
+  get deadline(): number {
+    return this.#context.ticket.deadline;
+  }
+
+  expire(): void {
+    this.#onExpire(this.#outlet, this.#context);
+  }
 }

@@ -28,30 +28,47 @@ export interface Outlet {
  * The outlet of an ordinary request: releases `ticket` when the response finishes or closes.
  */
 export function responseOutlet(response: http.ServerResponse, ticket: Reservation): Outlet {
-  let abandon: (() => void)[] | undefined;
-  // One listener: "close" follows "finish" on a delivered response, and comes alone otherwise.
-  response.once("close", () => {
-    if (response.writableFinished) {
+  return new ResponseOutlet(response, ticket);
+}
+
+/** A class rather than an object of closures: one allocation per request on the hot path. */
+class ResponseOutlet implements Outlet {
+  readonly #response: http.ServerResponse;
+  readonly #ticket: Reservation;
+  #abandon?: (() => void)[];
+
+  constructor(response: http.ServerResponse, ticket: Reservation) {
+    this.#response = response;
+    this.#ticket = ticket;
+    // One listener: "close" follows "finish" on a delivered response, and comes alone otherwise.
+    response.once("close", () => this.#closed());
+  }
+
+  get spent(): boolean {
+    return this.#response.headersSent || this.#response.destroyed;
+  }
+
+  send(reply: Reply, extra: Record<string, string>): void {
+    writeReply(this.#response, reply, extra);
+  }
+
+  destroy(): void {
+    this.#response.destroy();
+  }
+
+  onAbandon(listener: () => void): void {
+    (this.#abandon ??= []).push(listener);
+  }
+
+  #closed(): void {
+    const ticket = this.#ticket;
+    if (this.#response.writableFinished) {
       if (ticket.live) ticket.complete();
       return;
     }
     if (ticket.live) ticket.cancel();
-    for (const listener of abandon ?? []) listener();
-  });
-  return {
-    get spent() {
-      return response.headersSent || response.destroyed;
-    },
-    send(reply, extra) {
-      writeReply(response, reply, extra);
-    },
-    destroy() {
-      response.destroy();
-    },
-    onAbandon(listener) {
-      (abandon ??= []).push(listener);
-    },
-  };
+    for (const listener of this.#abandon ?? []) listener();
+  }
 }
 
 /**
