@@ -11,6 +11,7 @@ import { balancedLedger, waitFor, within } from "./fixtures/in_process.ts";
 import {
   egressWhen,
   endlessUpstream,
+  type ProxyEdge,
   rawConnection,
   SHOP,
   values,
@@ -115,19 +116,28 @@ Deno.test("proxy stream: a chunked request body reaches the upstream intact", as
   });
 });
 
+/**
+ * GETs `path` (an upstream that promises 128 KiB and delivers 64 KiB), asserts the client response
+ * was cut short, and returns how long the gateway took to cut it.
+ */
+async function cutShort(p: ProxyEdge, path: string): Promise<number> {
+  const started = Date.now();
+  const raw = await exchange(
+    p.t.ports.public,
+    `GET ${path} HTTP/1.1\r\nHost: ${SHOP}\r\n\r\n`,
+    4000,
+  );
+  const elapsed = Date.now() - started;
+  const { head, body } = split(raw);
+  assert.match(head[0], /^HTTP\/1\.1 200 /);
+  assert.equal(header(head, "content-length"), "131072");
+  assert.ok(body.length < 131072, `got the whole body (${body.length} bytes)`);
+  return elapsed;
+}
+
 Deno.test("proxy stream: an upstream that breaks mid-body cuts the client response short", async () => {
   await withProxyEdge({}, async (p) => {
-    const started = Date.now();
-    const raw = await exchange(
-      p.t.ports.public,
-      `GET /api/break/65536 HTTP/1.1\r\nHost: ${SHOP}\r\n\r\n`,
-      4000,
-    );
-    const elapsed = Date.now() - started;
-    const { head, body } = split(raw);
-    assert.match(head[0], /^HTTP\/1\.1 200 /);
-    assert.equal(header(head, "content-length"), "131072");
-    assert.ok(body.length < 131072, `got the whole body (${body.length} bytes)`);
+    const elapsed = await cutShort(p, "/api/break/65536");
     assert.ok(elapsed < 3000, `the gateway kept the connection open (${elapsed} ms)`);
     const egress = await egressWhen(p, (e) => e.instances[0].failures === 1);
     assert.equal(egress.instances[0].requests, 1);
@@ -137,17 +147,7 @@ Deno.test("proxy stream: an upstream that breaks mid-body cuts the client respon
 
 Deno.test("proxy stream: an upstream body idle past body_idle_ms cuts the client response short", async () => {
   await withProxyEdge({ egress: () => ({ body_idle_ms: 300 }) }, async (p) => {
-    const started = Date.now();
-    const raw = await exchange(
-      p.t.ports.public,
-      `GET /api/stall/65536 HTTP/1.1\r\nHost: ${SHOP}\r\n\r\n`,
-      4000,
-    );
-    const elapsed = Date.now() - started;
-    const { head, body } = split(raw);
-    assert.match(head[0], /^HTTP\/1\.1 200 /);
-    assert.equal(header(head, "content-length"), "131072");
-    assert.ok(body.length < 131072, `got the whole body (${body.length} bytes)`);
+    const elapsed = await cutShort(p, "/api/stall/65536");
     assert.ok(elapsed >= 250 && elapsed < 3000, `cut after ${elapsed} ms, want ~300`);
     const egress = await egressWhen(p, (e) => e.instances[0].failures === 1);
     assert.equal(egress.instances[0].active, 0);
