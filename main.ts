@@ -96,7 +96,8 @@ async function run(verb: string, file: string): Promise<number> {
   Deno.addSignalListener("SIGTERM", onSignal);
   Deno.addSignalListener("SIGINT", onSignal);
   console.error(
-    `portcullis: ready: node ${config.nodeId}, ${plan.lanes.length} lanes, ` +
+    `portcullis: ready: node ${config.nodeId}, ` +
+      `${new Set(plan.lanes.map((l) => l.table.descriptor.name)).size} lanes, ` +
       `${plan.tenants.tenants.length} tenants`,
   );
   await edge.finished;

@@ -59,6 +59,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           uptime_seconds: Math.floor((Date.now() - services.startedAt) / 1000),
           active_requests: activeRequests(services),
           tenants: services.tenants().tenants.length,
+          tls: services.tls?.status() ?? null,
         });
       },
     },
@@ -96,6 +97,15 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
           body: text,
         };
+      },
+    },
+    {
+      path: "/v1/tls/reload",
+      methods: ["POST"],
+      handle: async function reloadTls(context, services) {
+        if (!services.tls) return failureReply("route_not_allowed", context.requestId);
+        const problems = await services.tls.reload();
+        return jsonReply({ reloaded: problems.length === 0, problems, tls: services.tls.status() });
       },
     },
     {

@@ -7,8 +7,41 @@
  */
 import type { EdgeServices } from "../src/edge/services.ts";
 import { serveTenant } from "../src/proxy/dataplane.ts";
+import { failureReply } from "../src/proxy/errors.ts";
+import { acmeChallenge } from "../src/tls/acme.ts";
 import { jsonReply } from "../src/server/reply.ts";
 import type { LaneDescriptor } from "../src/server/lane.ts";
+
+/**
+ * The public lane's plain-HTTP ACME companion: only http-01 challenges are answered (bypassing
+ * policies and header injection, so a CA can always validate); everything else is a fixed 404 or
+ * a redirect to https. Charged to the public lane's ledger like any public request.
+ */
+const acmeCompanion: LaneDescriptor<EdgeServices> = {
+  name: "public",
+  summary: "ACME http-01 challenges only; everything else 404 or a redirect to https",
+  reach: "any",
+  defaults: {
+    reserve: 0,
+    footprint_bytes: 65_536,
+    deadline_ms: 30_000,
+    max_connections: 4096,
+  },
+  routes: [],
+  dataplane: async function acmeOnly(context, services) {
+    const acme = services.acme;
+    const { method, path, query, host } = context.head;
+    if (acme && (method === "GET" || method === "HEAD")) {
+      const challenge = await acmeChallenge(path, acme.challengeDir);
+      if (challenge) return challenge;
+    }
+    if (acme?.otherwise === "redirect" && host !== "") {
+      return { status: 301, headers: { location: `https://${host}${path}${query}` }, body: "" };
+    }
+    return failureReply("route_not_allowed", context.requestId);
+  },
+  drains: true,
+};
 
 /** The public lane. */
 export const publicLane: LaneDescriptor<EdgeServices> = {
@@ -34,4 +67,5 @@ export const publicLane: LaneDescriptor<EdgeServices> = {
     return serveTenant(context, services);
   },
   drains: true,
+  acme: acmeCompanion,
 };

@@ -16,11 +16,22 @@ export interface LaneListener {
   readonly lane: LaneName;
   readonly index: number;
   readonly address: ListenerAddress;
+  /** A companion listener of the lane (the public lane's ACME and passthrough listeners). */
+  readonly role?: ListenerRole;
+}
+
+/** What a listener of a lane is for. */
+export type ListenerRole = "acme_http" | "passthrough";
+
+/** `lane "public"`, or `lane "public" (acme_http)` for a companion listener. */
+function label(listener: LaneListener): string {
+  return `lane "${listener.lane}"${listener.role ? ` (${listener.role})` : ""}`;
 }
 
 /** A refused pair or rule, with the lanes it names. */
 export interface ListenerProblem {
   readonly lane: LaneName;
+  readonly role?: ListenerRole;
   readonly index: number;
   readonly message: string;
 }
@@ -94,14 +105,15 @@ export function checkListeners(listeners: readonly LaneListener[]): ListenerProb
     for (let j = i + 1; j < listeners.length; j++) {
       const b = listeners[j];
       if (!overlaps(a.address, b.address)) continue;
-      const same = a.lane === b.lane;
+      const same = a.lane === b.lane && a.role === b.role;
       problems.push({
         lane: b.lane,
+        ...(b.role ? { role: b.role } : {}),
         index: b.index,
-        message: `Cannot bind lane "${b.lane}": address ${formatAddress(b.address)} ` +
+        message: `Cannot bind ${label(b)}: address ${formatAddress(b.address)} ` +
           (same
-            ? `is listed twice in lane "${a.lane}" (also as ${formatAddress(a.address)})`
-            : `overlaps lane "${a.lane}" (${formatAddress(a.address)})`),
+            ? `is listed twice in ${label(a)} (also as ${formatAddress(a.address)})`
+            : `overlaps ${label(a)} (${formatAddress(a.address)})`),
       });
     }
   }

@@ -1,13 +1,15 @@
 /**
  * The permission flags a config needs, derived from the config alone: net for each listener (a
  * Unix socket is `unix:<path>` plus read and write on the path), for each SOCKS instance and each
- * `direct` upstream, and read for the config file and the tenants folder. Nothing else — no env, no run, no ffi, no unscoped anything. The `yaml` parser
+ * `direct` upstream, and for the public lane's ACME and passthrough listeners; read for the config
+ * file, the tenants folder, the certificate folders and the ACME challenge folder. Nothing else — no env, no run, no ffi, no unscoped anything. The `yaml` parser
  * looks at two debug variables (`LOG_STREAM`, `LOG_TOKENS`); `--ignore-env` makes those reads
  * return undefined without granting any environment access.
  *
  * @module
  */
-import { type EdgeConfig, formatAddress } from "../config/load.ts";
+import { dirname } from "node:path";
+import { type EdgeConfig, formatAddress, type ListenerAddress } from "../config/load.ts";
 import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
 
 /** One permission the process must hold, and why. */
@@ -37,6 +39,14 @@ export function requiredGrants(config: EdgeConfig): Grant[] {
       }
     }
   }
+  const companions: (readonly [string, ListenerAddress])[] = [];
+  if (config.acme) companions.push(['lane "public" acme_http listener', config.acme.listen]);
+  for (const address of config.passthrough?.listen ?? []) {
+    companions.push(['lane "public" passthrough listener', address]);
+  }
+  for (const [purpose, address] of companions) {
+    grants.push({ name: "net", value: formatAddress(address), purpose });
+  }
   for (const socks of config.egress.socks) {
     const address = formatAddress({ kind: "tcp", hostname: socks.hostname, port: socks.port });
     grants.push({ name: "net", value: address, purpose: "SOCKS instance" });
@@ -46,6 +56,20 @@ export function requiredGrants(config: EdgeConfig): Grant[] {
   }
   grants.push({ name: "read", value: config.file, purpose: "config file" });
   grants.push({ name: "read", value: config.tenantsDir, purpose: "tenants folder" });
+  // Certificate folders, not files: a reload watches the folder (editors replace files).
+  const certDirs = new Set(
+    (config.tls?.certificates ?? []).flatMap((c) => [dirname(c.certFile), dirname(c.keyFile)]),
+  );
+  for (const dir of certDirs) {
+    grants.push({ name: "read", value: dir, purpose: "certificate folder" });
+  }
+  if (config.acme) {
+    grants.push({
+      name: "read",
+      value: config.acme.challengeDir,
+      purpose: "ACME challenge folder",
+    });
+  }
   return [...grants, ...CODE_GRANTS];
 }
 

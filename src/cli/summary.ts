@@ -19,10 +19,18 @@ export function summarizePlan<S>(plan: EdgePlan<S>): string {
   ];
   for (const lane of plan.lanes) {
     const name = lane.table.descriptor.name;
+    if (lane.role !== "serve") {
+      lines.push(`  lane ${name} (${lane.role}): ${lane.listen.map(formatAddress).join(", ")}`);
+      continue;
+    }
     const p = profile.lanes.find((l) => l.name === name)!;
     const rate = p.rate ? `, rate ${p.rate.per_second}/s burst ${p.rate.burst}` : "";
+    const tls = name === "public" && config.tls
+      ? ` (TLS${config.tls.http2 ? ", h2" : ""}, ${config.tls.certificates.length} certificates` +
+        `${config.tls.certificates.length === 0 ? ": bootstrap certificate" : ""})`
+      : "";
     lines.push(
-      `  lane ${name}: ${lane.listen.map(formatAddress).join(", ")}`,
+      `  lane ${name}: ${lane.listen.map(formatAddress).join(", ")}${tls}`,
       `    routes ${lane.table.paths.join(" ")}${
         lane.table.descriptor.dataplane ? " + tenants" : ""
       }`,

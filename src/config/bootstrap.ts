@@ -8,6 +8,7 @@ import * as v from "valibot";
 import { parseCidr } from "../proxy/cidr.ts";
 import { EgressSchema } from "./egress_schema.ts";
 import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
+import { HostName } from "./tenant_schema.ts";
 
 const TcpListener = v.strictObject({ hostname: IpLiteral, port: Port });
 const UnixListener = v.strictObject({ path: SocketPath });
@@ -24,6 +25,58 @@ const LaneListeners = v.strictObject({
   ),
   /** Narrows the lane's built-in route allowlist to these paths. */
   allow: v.optional(v.array(Text, "Expected a list of paths")),
+});
+
+const TlsConfig = v.strictObject({
+  /** Certificate and key files (PEM); the leaf first in `cert_file`, then its chain. */
+  certificates: v.optional(
+    v.array(
+      v.strictObject({
+        cert_file: Text,
+        key_file: Text,
+        /** Serve this certificate when no name matches the SNI. */
+        default: v.optional(v.boolean("Expected true or false"), false),
+      }),
+      "Expected a list of certificates",
+    ),
+    [],
+  ),
+  min_version: v.optional(
+    v.picklist(["TLSv1.2", "TLSv1.3"], 'Expected "TLSv1.2" or "TLSv1.3"'),
+    "TLSv1.2",
+  ),
+  /** Offer HTTP/2 (ALPN h2) beside HTTP/1.1; false offers http/1.1 only. */
+  http2: v.optional(v.boolean("Expected true or false"), true),
+  /** The name the bootstrap certificate is issued for (default: node_id). */
+  name: v.optional(HostName),
+  /** Reload certificates when their files change. */
+  watch: v.optional(v.boolean("Expected true or false"), true),
+});
+
+const AcmeHttp = v.strictObject({
+  hostname: IpLiteral,
+  port: Port,
+  /** Folder of challenge files, named by token (what an ACME client writes). */
+  challenge_dir: Text,
+  /** Everything but a challenge: a fixed 404, or a redirect to https. */
+  otherwise: v.optional(v.picklist(["404", "redirect"], 'Expected "404" or "redirect"'), "404"),
+});
+
+const Passthrough = v.strictObject({
+  listen: v.pipe(
+    v.array(Listener, "Expected a list of listeners"),
+    v.minLength(1, "Passthrough needs at least one listener"),
+  ),
+  /** Deadline for a complete ClientHello, from accept. */
+  hello_timeout_ms: v.optional(wholeNumber(10, 600_000), 5000),
+});
+
+/** The public lane: listeners, plus TLS, the ACME companion and SNI passthrough. */
+const PublicLane = v.strictObject({
+  ...LaneListeners.entries,
+  tls: v.optional(TlsConfig),
+  acme_http: v.optional(AcmeHttp),
+  passthrough: v.optional(Passthrough),
 });
 
 const Rate = v.strictObject({
@@ -54,7 +107,7 @@ export const BootstrapSchema = v.strictObject({
   ),
   tenants_dir: Text,
   lanes: v.strictObject({
-    public: LaneListeners,
+    public: PublicLane,
     local_health: v.optional(LaneListeners),
     provider_health: v.optional(LaneListeners),
   }),
@@ -112,6 +165,8 @@ export const BootstrapSchema = v.strictObject({
 export type BootstrapConfig = v.InferOutput<typeof BootstrapSchema>;
 /** One lane's listener settings. */
 export type LaneListenConfig = v.InferOutput<typeof LaneListeners>;
+/** The public lane's TLS settings. */
+export type TlsConfigInput = v.InferOutput<typeof TlsConfig>;
 /** One lane's ledger settings. */
 export type LaneLedgerConfig = v.InferOutput<typeof LaneLedger>;
 /** One listener as written. */

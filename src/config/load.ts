@@ -6,7 +6,8 @@
  */
 import { dirname, join, normalize } from "node:path";
 import type { LaneName } from "../ledger/lane.ts";
-import { BootstrapSchema, type LaneLedgerConfig } from "./bootstrap.ts";
+import type { CertificateSource } from "../tls/certificates.ts";
+import { BootstrapSchema, type LaneLedgerConfig, type ListenerConfig } from "./bootstrap.ts";
 import type { EgressConfig } from "./egress_schema.ts";
 import { ConfigError } from "./problems.ts";
 import { validateFile } from "./validate.ts";
@@ -21,6 +22,16 @@ export type ListenerAddress =
 export interface LaneConfig {
   readonly listen: readonly ListenerAddress[];
   readonly allow?: readonly string[];
+}
+
+/** TLS settings of the public lane, paths resolved. */
+export interface PublicTls {
+  readonly certificates: readonly CertificateSource[];
+  readonly minVersion: "TLSv1.2" | "TLSv1.3";
+  readonly http2: boolean;
+  /** The bootstrap certificate's name. */
+  readonly name: string;
+  readonly watch: boolean;
 }
 
 /** The bootstrap config, validated and resolved. */
@@ -44,6 +55,19 @@ export interface EdgeConfig {
     readonly targetBytes: number;
   };
   readonly drainMs: number;
+  /** TLS on the public lane's listeners, when configured. */
+  readonly tls?: PublicTls;
+  /** The plain-HTTP ACME http-01 companion listener of the public lane. */
+  readonly acme?: {
+    readonly listen: ListenerAddress;
+    readonly challengeDir: string;
+    readonly otherwise: "404" | "redirect";
+  };
+  /** The SNI passthrough listeners of the public lane. */
+  readonly passthrough?: {
+    readonly listen: readonly ListenerAddress[];
+    readonly helloTimeoutMs: number;
+  };
   /** CIDRs whose X-Forwarded-For is believed. */
   readonly trustedProxies: readonly string[];
   readonly egress: EgressConfig;
@@ -73,17 +97,26 @@ export async function loadConfig(file: string): Promise<EdgeConfig> {
   const base = dirname(file);
   const resolve = (path: string) => normalize(path.startsWith("/") ? path : join(base, path));
   const lanes: Partial<Record<LaneName, LaneConfig>> = {};
-  for (const [name, lane] of Object.entries(raw.lanes) as [LaneName, typeof raw.lanes.public][]) {
-    if (!lane) continue;
-    lanes[name] = {
-      listen: lane.listen.map((listener): ListenerAddress =>
-        "path" in listener
-          ? { kind: "unix", path: resolve(listener.path) }
-          : { kind: "tcp", hostname: listener.hostname, port: listener.port }
-      ),
-      allow: lane.allow,
-    };
+  const address = (listener: ListenerConfig): ListenerAddress =>
+    "path" in listener
+      ? { kind: "unix", path: resolve(listener.path) }
+      : { kind: "tcp", hostname: listener.hostname, port: listener.port };
+  for (const name of ["public", "local_health", "provider_health"] as const) {
+    const lane = raw.lanes[name];
+    if (lane) lanes[name] = { listen: lane.listen.map(address), allow: lane.allow };
   }
+  const { tls, acme_http: acme, passthrough } = raw.lanes.public;
+  const publicTls: PublicTls | undefined = tls && {
+    certificates: tls.certificates.map((c) => ({
+      certFile: resolve(c.cert_file),
+      keyFile: resolve(c.key_file),
+      isDefault: c.default,
+    })),
+    minVersion: tls.min_version,
+    http2: tls.http2,
+    name: tls.name ?? raw.node_id.toLowerCase(),
+    watch: tls.watch,
+  };
   return {
     file,
     nodeId: raw.node_id,
@@ -101,6 +134,16 @@ export async function loadConfig(file: string): Promise<EdgeConfig> {
       targetBytes: raw.limits.target_bytes,
     },
     drainMs: raw.drain.timeout_ms,
+    tls: publicTls,
+    acme: acme && {
+      listen: { kind: "tcp", hostname: acme.hostname, port: acme.port },
+      challengeDir: resolve(acme.challenge_dir),
+      otherwise: acme.otherwise,
+    },
+    passthrough: passthrough && {
+      listen: passthrough.listen.map(address),
+      helloTimeoutMs: passthrough.hello_timeout_ms,
+    },
     trustedProxies: raw.trusted_proxies,
     egress: raw.egress,
     ledger: raw.ledger,

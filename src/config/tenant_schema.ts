@@ -4,6 +4,7 @@
  * @module
  */
 import * as v from "valibot";
+import { HostPort } from "./egress_schema.ts";
 import { Text, wholeNumber } from "./fields.ts";
 
 /** A lower-case DNS name (`.onion` names included); no port, no trailing dot. */
@@ -163,6 +164,13 @@ export const TenantSchema = v.strictObject({
     404,
   ),
   routes: v.optional(v.array(Route, "Expected a list of routes"), []),
+  /** Not terminated: TLS bytes are piped by SNI to one of these `host:port` backends. */
+  passthrough: v.optional(v.strictObject({
+    backends: v.pipe(
+      v.array(HostPort, "Expected a list of host:port"),
+      v.minLength(1, "Passthrough needs at least one backend"),
+    ),
+  })),
 });
 
 /** A tenant file as validated. */

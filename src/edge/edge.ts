@@ -12,18 +12,25 @@
  *
  * @module
  */
-import type http from "node:http";
-import type { AddressInfo } from "node:net";
 import { checkDistinctObjects, checkListeners, type LaneListener } from "../boot/distinct.ts";
-import { clearStaleSocket } from "../boot/unix_socket.ts";
-import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import { formatAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane.ts";
 import { type Clock, Ledger } from "../ledger/ledger.ts";
 import { ResponseStats } from "../observe/stats.ts";
 import { Egress } from "../egress/egress.ts";
 import { egressSettings } from "../egress/settings.ts";
 import { AddressSet } from "../proxy/cidr.ts";
-import { createLaneServer } from "../server/lane_server.ts";
+import { CertStore } from "../tls/certificates.ts";
+import { type StopWatching, watchCertificates } from "../tls/watch.ts";
+import {
+  type BindContext,
+  type Bound,
+  boundAddress,
+  closeListener,
+  createListener,
+  describeListener,
+  listen,
+} from "./listeners.ts";
 import type { EdgePlan } from "./plan.ts";
 import type { EdgeServices, EdgeState } from "./services.ts";
 
@@ -64,13 +71,6 @@ export interface Edge {
   readonly finished: Promise<void>;
 }
 
-interface Bound {
-  readonly lane: LaneName;
-  readonly index: number;
-  readonly address: ListenerAddress;
-  readonly server: http.Server;
-}
-
 /**
  * Boots an edge from a plan.
  *
@@ -93,6 +93,22 @@ export async function startEdge(
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
   const tenants = plan.tenants;
 
+  const tlsConfig = plan.config.tls;
+  const store = tlsConfig &&
+    new CertStore({
+      sources: tlsConfig.certificates,
+      minVersion: tlsConfig.minVersion,
+      bootstrapName: tlsConfig.name,
+      log,
+    });
+  if (store) await store.reload();
+  const stopWatching: StopWatching = store && tlsConfig.watch && tlsConfig.certificates.length > 0
+    ? watchCertificates(
+      store,
+      tlsConfig.certificates.flatMap((c) => [c.certFile, c.keyFile]),
+      log,
+    )
+    : () => {};
   const services: EdgeServices = {
     nodeId: plan.config.nodeId,
     version: options.version,
@@ -106,6 +122,11 @@ export async function startEdge(
     trusted: AddressSet.of(plan.config.trustedProxies),
     clock,
     log,
+    tls: store,
+    acme: plan.config.acme && {
+      challengeDir: plan.config.acme.challengeDir,
+      otherwise: plan.config.acme.otherwise,
+    },
   };
   const limits = {
     ...plan.config.timeouts,
@@ -114,13 +135,17 @@ export async function startEdge(
     targetBytes: plan.config.limits.targetBytes,
   };
 
+  const bindContext: BindContext = {
+    services,
+    limits,
+    armed: () => armed,
+    tls: plan.config.tls,
+    helloTimeoutMs: plan.config.passthrough?.helloTimeoutMs ?? 5000,
+  };
   const bound: Bound[] = plan.lanes.flatMap((lane) =>
-    lane.listen.map((address, index) => ({
-      lane: lane.table.descriptor.name,
-      index,
-      address,
-      server: createLaneServer({ lane: lane.table, services, limits, armed: () => armed }),
-    }))
+    lane.listen.map((address, index) =>
+      createListener(lane.table, lane.role, index, address, bindContext)
+    )
   );
   const objectProblems = checkDistinctObjects(bound);
   if (objectProblems.length > 0) throw new BootError(objectProblems.map((p) => p.message));
@@ -132,23 +157,29 @@ export async function startEdge(
       listening.push(grant);
     }
   } catch (error) {
-    await Promise.all(listening.map((grant) => closeServer(grant)));
-    throw error;
+    await Promise.all(listening.map((grant) => closeListener(grant)));
+    stopWatching();
+    throw new BootError([(error as Error).message]);
   }
   const actual: LaneListener[] = listening.map((grant) => ({
     lane: grant.lane,
+    role: grant.role,
     index: grant.index,
     address: boundAddress(grant),
   }));
   const overlap = checkListeners(actual);
   if (overlap.length > 0) {
-    await Promise.all(listening.map((grant) => closeServer(grant)));
+    await Promise.all(listening.map((grant) => closeListener(grant)));
+    stopWatching();
     throw new BootError(overlap.map((p) => p.message));
   }
   armed = true;
   state.ready = true;
   for (const grant of actual) {
-    log(`portcullis: lane "${grant.lane}" listening on ${formatAddress(grant.address)}`);
+    const tls = !grant.role && grant.lane === "public" && store ? " (TLS)" : "";
+    log(
+      `portcullis: ${describeListener(grant)} listening on ${formatAddress(grant.address)}${tls}`,
+    );
   }
 
   function drain(): Promise<void> {
@@ -157,8 +188,8 @@ export async function startEdge(
     log("portcullis: draining: public admission stopped");
     const publicServers = listening.filter((grant) => grant.lane === "public");
     for (const grant of publicServers) {
-      grant.server.close();
-      grant.server.closeIdleConnections();
+      grant.stopAccepting();
+      grant.closeIdle();
     }
     stopping = (async () => {
       const until = Date.now() + plan.config.drainMs;
@@ -175,7 +206,8 @@ export async function startEdge(
 
   async function shutdown(): Promise<void> {
     state.ready = false;
-    await Promise.all(listening.map((grant) => closeServer(grant)));
+    stopWatching();
+    await Promise.all(listening.map((grant) => closeListener(grant)));
     egress.close();
     resolveFinished();
   }
@@ -193,57 +225,4 @@ export async function startEdge(
     },
     finished,
   };
-}
-
-async function listen(grant: Bound): Promise<void> {
-  const { address, server, lane } = grant;
-  if (address.kind === "unix") {
-    const busy = await clearStaleSocket(address.path);
-    if (busy) throw new BootError([`Cannot bind lane "${lane}" on unix:${address.path}: ${busy}`]);
-  }
-  await new Promise<void>((resolve, reject) => {
-    const fail = (error: NodeJS.ErrnoException) => {
-      const reason = error.code === "EADDRINUSE"
-        ? "address already in use"
-        : error.code === "EACCES"
-        ? "permission denied by the OS"
-        : error.code === "ENOENT"
-        ? "its folder does not exist"
-        : error.name === "NotCapable"
-        ? "not granted by --allow-net"
-        : error.message;
-      reject(new BootError([`Cannot bind lane "${lane}" on ${formatAddress(address)}: ${reason}`]));
-    };
-    server.once("error", fail);
-    const ready = () => {
-      server.off("error", fail);
-      resolve();
-    };
-    try {
-      if (address.kind === "unix") server.listen({ path: address.path }, ready);
-      else server.listen({ host: address.hostname, port: address.port, exclusive: true }, ready);
-    } catch (error) {
-      fail(error as NodeJS.ErrnoException);
-    }
-  });
-}
-
-function boundAddress(grant: Bound): ListenerAddress {
-  const info = grant.server.address();
-  if (grant.address.kind === "unix" || info === null || typeof info === "string") {
-    return grant.address;
-  }
-  const { address, port } = info as AddressInfo;
-  return { kind: "tcp", hostname: address, port };
-}
-
-function closeServer(grant: Bound): Promise<void> {
-  return new Promise((resolve) => {
-    const { address } = grant;
-    grant.server.close(async () => {
-      if (address.kind === "unix") await Deno.remove(address.path).catch(() => {});
-      resolve();
-    });
-    grant.server.closeAllConnections();
-  });
 }

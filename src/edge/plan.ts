@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { checkListeners, type LaneListener } from "../boot/distinct.ts";
+import { checkListeners, type LaneListener, type ListenerRole } from "../boot/distinct.ts";
 import { configuredLanes, type Grant, requiredGrants } from "../boot/flags.ts";
 import { type EdgeConfig, formatAddress, type ListenerAddress } from "../config/load.ts";
 import { ConfigError, type ConfigProblem } from "../config/problems.ts";
@@ -14,10 +14,12 @@ import { type LaneProfileInput, type Profile, validateProfile } from "../ledger/
 import { loadTenants, type TenantRegistry } from "../proxy/tenants.ts";
 import { compileLane, type LaneDescriptor, type LaneTable } from "../server/lane.ts";
 
-/** One lane the edge will serve. */
+/** One set of listeners the edge will serve: a lane's own, or a companion of the public lane. */
 export interface PlannedLane<S> {
   readonly table: LaneTable<S>;
   readonly listen: readonly ListenerAddress[];
+  /** `serve`: the lane's listeners (TLS on public when configured); else a companion role. */
+  readonly role: "serve" | ListenerRole;
 }
 
 /** Everything `serve` needs, checked. */
@@ -70,12 +72,17 @@ export async function planEdge<S>(
     for (const p of checked.problems) problem(["ledger", ...p.path], p.value, p.message);
   }
 
-  const listeners: LaneListener[] = enabled.flatMap((lane) =>
-    config.lanes[lane]!.listen.map((address, index) => ({ lane, index, address }))
-  );
+  const listeners: LaneListener[] = [
+    ...enabled.flatMap((lane) =>
+      config.lanes[lane]!.listen.map((address, index) => ({ lane, index, address }))
+    ),
+    ...companionListeners(config),
+  ];
   for (const p of checkListeners(listeners)) {
-    const address = config.lanes[p.lane]!.listen[p.index];
-    problem(["lanes", p.lane, "listen", p.index], formatAddress(address), p.message);
+    const listener = listeners.find((l) =>
+      l.lane === p.lane && l.index === p.index && l.role === p.role
+    )!;
+    problem(listenerPath(listener), formatAddress(listener.address), p.message);
   }
 
   const lanes: PlannedLane<S>[] = [];
@@ -90,8 +97,19 @@ export async function planEdge<S>(
       );
       continue;
     }
-    lanes.push({ table, listen: lane.listen });
+    lanes.push({ table, listen: lane.listen, role: "serve" });
+    const acmeDescriptor = byName.get(name)!.acme;
+    if (name === "public" && config.acme && acmeDescriptor) {
+      const acmeTable = compileLane(acmeDescriptor);
+      if (!("unknown" in acmeTable)) {
+        lanes.push({ table: acmeTable, listen: [config.acme.listen], role: "acme_http" });
+      }
+    }
+    if (name === "public" && config.passthrough) {
+      lanes.push({ table, listen: config.passthrough.listen, role: "passthrough" });
+    }
   }
+  problems.push(...checkTls(config));
 
   if (config.timeouts.headerMs > config.timeouts.requestMs) {
     problem(
@@ -141,6 +159,57 @@ function checkReach(config: EdgeConfig, tenants: TenantRegistry): ConfigProblem[
         });
       });
     }
+    tenant.passthrough?.backends.forEach((backend, b) => {
+      if (socks || direct.has(backend.target)) return;
+      problems.push({
+        file: tenant.file,
+        path: ["passthrough", "backends", b],
+        value: backend.target,
+        message: `No way out to ${backend.target}: list it in egress.direct of ${config.file}, ` +
+          "or configure egress.socks",
+      });
+    });
+    if (tenant.passthrough && !config.passthrough) {
+      problems.push({
+        file: tenant.file,
+        path: ["passthrough"],
+        message: `A passthrough tenant needs lanes.public.passthrough in ${config.file}`,
+      });
+    }
   }
   return problems;
+}
+
+/** The public lane's companion listeners (ACME http-01, passthrough), for the distinct check. */
+function companionListeners(config: EdgeConfig): LaneListener[] {
+  const out: LaneListener[] = [];
+  if (config.acme) {
+    out.push({ lane: "public", index: 0, address: config.acme.listen, role: "acme_http" });
+  }
+  config.passthrough?.listen.forEach((address, index) =>
+    out.push({ lane: "public", index, address, role: "passthrough" })
+  );
+  return out;
+}
+
+/** Where a listener sits in the bootstrap file. */
+function listenerPath(listener: LaneListener): (string | number)[] {
+  if (listener.role === "acme_http") return ["lanes", "public", "acme_http"];
+  if (listener.role === "passthrough") {
+    return ["lanes", "public", "passthrough", "listen", listener.index];
+  }
+  return ["lanes", listener.lane, "listen", listener.index];
+}
+
+/** TLS rules that span fields: one default certificate at most. */
+function checkTls(config: EdgeConfig): ConfigProblem[] {
+  const defaults = config.tls?.certificates.filter((c) => c.isDefault).length ?? 0;
+  if (defaults <= 1) return [];
+  return [{
+    file: config.file,
+    path: ["lanes", "public", "tls", "certificates"],
+    value: defaults,
+    message: "At most one certificate can be the default",
+    at: config.source.locate(["lanes", "public", "tls", "certificates"]),
+  }];
 }

@@ -8,6 +8,7 @@ import type { Egress } from "../egress/egress.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { ResponseStats } from "../observe/stats.ts";
 import type { AddressSet } from "../proxy/cidr.ts";
+import type { CertStore } from "../tls/certificates.ts";
 import type { TenantRegistry } from "../proxy/tenants.ts";
 
 /** Lifecycle flags of a running edge. */
@@ -39,4 +40,8 @@ export interface EdgeServices {
   readonly clock: () => number;
   /** Diagnostics (stderr by default). */
   readonly log: (line: string) => void;
+  /** The public lane's certificates, when it has TLS. */
+  readonly tls?: CertStore;
+  /** The ACME http-01 companion: challenge folder, and what everything else gets. */
+  readonly acme?: { readonly challengeDir: string; readonly otherwise: "404" | "redirect" };
 }

@@ -82,32 +82,44 @@ export class DirectAgent extends http.Agent {
 
   /** Called by node for each new upstream connection. */
   override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
-    let socket: net.Socket | undefined;
-    let settled = false;
-    const settle = (error: Error | null) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      if (error || !socket) {
-        socket?.destroy();
-        callback?.(error ?? new DirectConnectError("unreachable"), LATER);
-      } else {
-        callback?.(null, socket);
-      }
-    };
-    const timer = setTimeout(() => settle(new DirectConnectError("timeout")), this.#timeoutMs);
-    try {
-      socket = net.connect({ host: options.host ?? "", port: Number(options.port ?? 80) });
-    } catch (error) {
-      settle(new DirectConnectError("unreachable", { cause: error }));
-      return LATER;
-    }
-    socket.setNoDelay(true);
-    socket.once("connect", () => settle(null));
-    socket.once(
-      "error",
-      (error) => settle(new DirectConnectError("unreachable", { cause: error })),
-    );
+    const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
+    connectDirect(target, { connectTimeoutMs: this.#timeoutMs })
+      .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;
   }
+}
+
+/**
+ * Opens a TCP connection to a `direct` target within the connect timeout.
+ *
+ * @throws {DirectConnectError} on timeout or failure (the cause keeps Deno's error)
+ */
+export function connectDirect(
+  target: { host: string; port: number },
+  settings: { connectTimeoutMs: number },
+): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    let socket: net.Socket | undefined;
+    const timer = setTimeout(
+      () => fail(new DirectConnectError("timeout")),
+      settings.connectTimeoutMs,
+    );
+    function fail(error: Error) {
+      clearTimeout(timer);
+      socket?.destroy();
+      reject(error);
+    }
+    try {
+      socket = net.connect({ host: target.host, port: target.port });
+    } catch (error) {
+      fail(new DirectConnectError("unreachable", { cause: error }));
+      return;
+    }
+    socket.setNoDelay(true);
+    socket.once("error", (error) => fail(new DirectConnectError("unreachable", { cause: error })));
+    socket.once("connect", () => {
+      clearTimeout(timer);
+      resolve(socket!); // the error listener stays: an error later only destroys the socket
+    });
+  });
 }

@@ -8,7 +8,15 @@
  */
 import type http from "node:http";
 import type { Backend } from "../proxy/actions.ts";
-import { type AgentSettings, DirectAgent, SocksAgent } from "./agents.ts";
+import type { Duplex } from "node:stream";
+import {
+  type AgentSettings,
+  connectDirect,
+  DirectAgent,
+  DirectConnectError,
+  SocksAgent,
+} from "./agents.ts";
+import { socksConnect, SocksError } from "./socks5.ts";
 import type { BreakerOptions } from "./breaker.ts";
 import { IdleWatch } from "./idle_watch.ts";
 import { NegativeCache, pickBackend } from "./negative_cache.ts";
@@ -50,6 +58,7 @@ export class Egress {
   readonly #socksAgents: readonly SocksAgent[];
   readonly #labels: readonly string[];
   readonly #random: () => number;
+  readonly #clock: () => number;
   #retries = 0;
   #budgetRefusals = 0;
 
@@ -77,6 +86,7 @@ export class Egress {
     );
     this.idle.start();
     this.#random = random;
+    this.#clock = clock;
   }
 
   /** True when a backend is reached directly (it is in `egress.direct`). */
@@ -129,6 +139,32 @@ export class Egress {
     if (way.kind === "socks") this.pool.finish(way.pick, outcome.instanceOk, outcome.latencyMs);
     if (outcome.backendOk === true) this.cache.success(backend.key);
     else if (outcome.backendOk === false) this.cache.failure(backend.key);
+  }
+
+  /**
+   * Opens a raw byte stream to `target` (SNI passthrough): directly when it is a `direct` target,
+   * otherwise by SOCKS5 CONNECT through the best instance. The instance's outcome is recorded: a
+   * failure at once, a success when the stream closes.
+   *
+   * @throws {SocksError | DirectConnectError} when no connection could be made
+   */
+  async connectRaw(target: { host: string; port: number; target: string }): Promise<Duplex> {
+    if (this.#direct.has(target.target)) return await connectDirect(target, this.settings);
+    const pick = this.pool.pick();
+    if (!pick) throw new DirectConnectError("unreachable");
+    const started = this.#clock();
+    try {
+      const socket = await socksConnect(this.settings.socks[pick.index], target, {
+        timeoutMs: this.settings.connectTimeoutMs,
+      });
+      const latencyMs = this.#clock() - started;
+      socket.once("close", () => this.pool.finish(pick, true, latencyMs));
+      return socket;
+    } catch (error) {
+      const blame = error instanceof SocksError && error.blame === "destination";
+      this.pool.finish(pick, blame);
+      throw error;
+    }
   }
 
   /** Asks the rolling budget for one retry (counted either way). */

@@ -37,7 +37,12 @@ export function serveTenant(
   services: DataplaneServices,
 ): Reply | Promise<Reply> {
   const tenant = services.tenants().get(context.head.host);
-  if (!tenant) return failureReply("misdirected_request", context.requestId);
+  if (!tenant || tenant.passthrough) return failureReply("misdirected_request", context.requestId);
+  // On TLS, the Host must name the tenant the SNI named (RFC 9110 §15.5.20): never another one.
+  const sni = context.serverName;
+  if (sni !== undefined && services.tenants().get(sni) !== tenant) {
+    return failureReply("misdirected_request", context.requestId);
+  }
   if (!tenant.enabled) return blockReply(tenant, context);
   const { head } = context;
   const match = tenant.routes.match(head.method, head.path, head.host, requestFacts(context));

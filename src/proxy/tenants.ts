@@ -25,6 +25,10 @@ export interface Tenant {
   readonly routeCount: number;
   /** The compiled routes in file order. */
   readonly routeList: readonly RouteEntry<Action>[];
+  /** Set for a passthrough tenant: TLS is piped by SNI to these backends, never terminated. */
+  readonly passthrough?: {
+    readonly backends: readonly { host: string; port: number; target: string }[];
+  };
   /** The file it came from. */
   readonly file: string;
 }
@@ -101,6 +105,13 @@ export async function compileTenants(
       );
       if (entry) entries.push(entry);
     }
+    if (document.passthrough && document.routes.length > 0) {
+      problem(
+        ["routes"],
+        undefined,
+        "A passthrough tenant is never terminated, so it has no routes",
+      );
+    }
     tenants.push({
       host: document.host,
       names,
@@ -109,8 +120,22 @@ export async function compileTenants(
       routes: new RouteTable(entries),
       routeCount: entries.length,
       routeList: entries,
+      passthrough: document.passthrough && {
+        backends: document.passthrough.backends.map(splitTarget),
+      },
       file,
     });
   }
   return { tenants, problems };
+}
+
+/** Splits a validated `host:port` (IPv6 in brackets). */
+export function splitTarget(target: string): { host: string; port: number; target: string } {
+  const cut = target.lastIndexOf(":");
+  const host = target.slice(0, cut);
+  return {
+    host: host.startsWith("[") ? host.slice(1, -1) : host.toLowerCase(),
+    port: Number(target.slice(cut + 1)),
+    target: target.toLowerCase(),
+  };
 }

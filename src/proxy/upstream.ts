@@ -82,6 +82,7 @@ export async function proxyRequest(
   const path = (action.rewrite ? action.rewrite(context.head.path, params) : context.head.path) +
     context.head.query;
   const eligible = retryEligible(method, action.retryPost);
+  const h2 = request.httpVersionMajor === 2;
   let tried: Set<number> | undefined;
   context.timeoutKind = "upstream_timeout";
   egress.budget.request();
@@ -100,7 +101,7 @@ export async function proxyRequest(
     }
     if (way.kind === "socks") (tried ??= new Set()).add(way.pick.index);
     const started = services.clock();
-    const headers = upstreamHeaders(request.rawHeaders, {
+    const headers = upstreamHeaders(h2 ? withoutPseudo(request.rawHeaders) : request.rawHeaders, {
       peer: context.peer,
       trusted: services.trusted,
       proto: "http",
@@ -175,6 +176,15 @@ function describe(error: Error): string {
     ? ` (${error.cause.name}: ${error.cause.message})`
     : "";
   return `${error.message}${inner}`;
+}
+
+/** An HTTP/2 header list without its pseudo-headers (`:method`, `:path`, …), for HTTP/1.1. */
+function withoutPseudo(raw: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    if (!raw[i].startsWith(":")) out.push(raw[i], raw[i + 1]);
+  }
+  return out;
 }
 
 /** True when the request carries a body (Content-Length above 0, or chunked). */

@@ -20,6 +20,7 @@ export class AdmittedRequest implements RequestContext {
   readonly headers: IncomingHttpHeaders;
   readonly requestId: string;
   readonly peer: string;
+  readonly serverName?: string;
   readonly ticket: Reservation;
   readonly request: IncomingMessage;
   readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
@@ -36,6 +37,7 @@ export class AdmittedRequest implements RequestContext {
     this.headers = fields.headers;
     this.requestId = fields.requestId;
     this.peer = fields.peer;
+    this.serverName = fields.serverName;
     this.ticket = fields.ticket;
     this.request = fields.request;
     this.upgrade = fields.upgrade;

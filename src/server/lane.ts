@@ -24,6 +24,8 @@ export interface RequestContext {
   readonly requestId: string;
   /** The direct peer's address ("" on a Unix socket). */
   readonly peer: string;
+  /** The SNI name of a TLS connection, lower case; undefined on plain HTTP. */
+  readonly serverName?: string;
   /** The request's ledger reservation. */
   readonly ticket: Reservation;
   /** The request itself, for its body (read it only to forward it). */
@@ -71,6 +73,8 @@ export interface LaneDescriptor<S> {
   readonly dataplane?: LaneHandler<S>;
   /** Stops admitting when the gateway drains (the public lane). */
   readonly drains: boolean;
+  /** The lane's plain-HTTP ACME http-01 companion listener, when it has one (the public lane). */
+  readonly acme?: LaneDescriptor<S>;
 }
 
 /** A lane with its allowlist compiled (and narrowed by config). */

@@ -17,15 +17,22 @@
  * @module
  */
 import http from "node:http";
+import http2 from "node:http2";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { ConnectionBudget, Ledger } from "../ledger/ledger.ts";
-import type { Overload } from "../ledger/overload.ts";
 import { Reservation } from "../ledger/reservation.ts";
 import type { ResponseStats } from "../observe/stats.ts";
 import { failureReply, GatewayError } from "../proxy/errors.ts";
 import { requestIdFor } from "../proxy/request_id.ts";
 import { AdmittedRequest } from "./admitted.ts";
+import {
+  connectionOf,
+  describe,
+  overloadReply,
+  serverNameOf,
+  WaitingReply,
+} from "./request_support.ts";
 import { DeadlineSweep } from "./deadline_sweep.ts";
 import type { LaneTable } from "./lane.ts";
 import { type Outlet, responseOutlet, socketOutlet } from "./outlet.ts";
@@ -60,20 +67,33 @@ export interface LaneServerOptions<S extends LaneServices> {
   readonly limits: ServerLimits;
   /** False until the boot checks passed; connections before that are closed unread. */
   readonly armed: () => boolean;
+  /**
+   * Behind a TLS front (tls_front.ts): connections arrive already accepted and accounted, and
+   * `http2` also makes an HTTP/2 server for connections that negotiated `h2`.
+   */
+  readonly behindTls?: { readonly http2: boolean };
+}
+
+/** The servers of one lane listener: HTTP/1.1, and HTTP/2 behind a TLS front that offers it. */
+export interface LaneServer {
+  readonly http: http.Server;
+  readonly h2?: http2.Http2SecureServer;
+  /** Closes every HTTP/2 session now. */
+  closeSessions?(): void;
 }
 
 /**
- * Creates the server for one listener of one lane (not yet listening).
+ * Creates the server(s) for one listener of one lane (not yet listening).
  *
- * @param options the lane, the edge services, the limits, the arming switch
+ * @param options the lane, the edge services, the limits, the arming switch, TLS
  */
 export function createLaneServer<S extends LaneServices>(
   options: LaneServerOptions<S>,
-): http.Server {
+): LaneServer {
   const { lane, services, limits, armed } = options;
   const name = lane.descriptor.name;
   const { ledger, stats } = services;
-  const budgets = new WeakMap<Socket, ConnectionBudget>();
+  const budgets = new WeakMap<object, ConnectionBudget>();
   const drains = lane.descriptor.drains;
   const laneProfile = ledger.profile.lanes.find((p) => p.name === name)!;
   const deadlines = new DeadlineSweep(laneProfile.deadlineMs, () => ledger.now());
@@ -95,7 +115,7 @@ export function createLaneServer<S extends LaneServices>(
       });
       return;
     }
-    const admission = ledger.admit(name, budgets.get(request.socket));
+    const admission = ledger.admit(name, budgets.get(connectionOf(request)));
     if (!(admission instanceof Reservation)) {
       send(overloadReply(admission, requestId), requestId, (reply, extra) => {
         writeReply(response, reply, extra);
@@ -104,6 +124,10 @@ export function createLaneServer<S extends LaneServices>(
     }
     serveAdmitted(request, responseOutlet(response, admission), admission, requestId);
   });
+  const serveLaneRequest = server.listeners("request")[0] as (
+    request: http.IncomingMessage,
+    response: http.ServerResponse,
+  ) => void;
 
   /** Runs an admitted request through the head checks, the allowlist and the handler. */
   function serveAdmitted(
@@ -124,6 +148,7 @@ export function createLaneServer<S extends LaneServices>(
       headers: request.headers,
       requestId,
       peer: request.socket.remoteAddress ?? "",
+      serverName: serverNameOf(request),
       ticket,
       request,
       upgrade,
@@ -166,7 +191,7 @@ export function createLaneServer<S extends LaneServices>(
     }
     send(reply, requestId, (r, extra) => {
       if (r.failure === "bad_request" || (drains && services.state.draining)) {
-        extra.connection = "close";
+        if (!outlet.multiplexed) extra.connection = "close";
       }
       outlet.send(r, extra);
     });
@@ -228,6 +253,10 @@ export function createLaneServer<S extends LaneServices>(
   }
 
   server.on("connection", function admitConnection(socket: Socket) {
+    if (options.behindTls) {
+      budgets.set(socket, { active: 0 }); // accepted and accounted by the TLS front
+      return;
+    }
     if (!armed() || !ledger.openConnection(name)) {
       socket.destroy();
       return;
@@ -235,6 +264,10 @@ export function createLaneServer<S extends LaneServices>(
     budgets.set(socket, { active: 0 });
     socket.once("close", () => ledger.closeConnection(name));
   });
+  if (options.behindTls) {
+    // Never listens itself; "listening" starts the head/idle timeout checks all the same.
+    server.emit("listening");
+  }
 
   server.on("clientError", function refuseMalformed(error: NodeJS.ErrnoException, socket: Duplex) {
     const kind = error.code === "HPE_HEADER_OVERFLOW"
@@ -253,47 +286,30 @@ export function createLaneServer<S extends LaneServices>(
 
   server.on("close", () => deadlines.stop());
 
+  let h2: http2.Http2SecureServer | undefined;
+  const sessions = new Set<http2.ServerHttp2Session>();
+  if (options.behindTls?.http2) {
+    h2 = http2.createSecureServer({ allowHTTP1: false }, serveLaneRequest as never);
+    // One budget per HTTP/2 connection: its streams are its concurrent requests.
+    h2.on("session", (session: http2.ServerHttp2Session) => {
+      budgets.set(session, { active: 0 });
+      sessions.add(session);
+      session.once("close", () => sessions.delete(session));
+      session.setTimeout(limits.idleMs, () => session.close());
+    });
+  }
+
   function errorReply(error: unknown, requestId: string): Reply {
     if (error instanceof GatewayError) return failureReply(error.kind, requestId);
     services.log(`portcullis: request ${requestId} failed internally: ${describe(error)}`);
     return failureReply("internal_error", requestId);
   }
 
-  return server;
-}
-
-function overloadReply(overload: Overload, requestId: string): Reply {
-  const headers = overload.retryAfterMs !== undefined
-    ? { "retry-after": String(Math.max(1, Math.ceil(overload.retryAfterMs / 1000))) }
-    : undefined;
-  return failureReply(overload.overload, requestId, { headers });
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-}
-
-/** A reply being awaited, as the deadline sweep sees it. */
-class WaitingReply {
-  readonly #outlet: Outlet;
-  readonly #context: AdmittedRequest;
-  readonly #onExpire: (outlet: Outlet, context: AdmittedRequest) => void;
-
-  constructor(
-    outlet: Outlet,
-    context: AdmittedRequest,
-    onExpire: (outlet: Outlet, context: AdmittedRequest) => void,
-  ) {
-    this.#outlet = outlet;
-    this.#context = context;
-    this.#onExpire = onExpire;
-  }
-
-  get deadline(): number {
-    return this.#context.ticket.deadline;
-  }
-
-  expire(): void {
-    this.#onExpire(this.#outlet, this.#context);
-  }
+  return {
+    http: server,
+    h2,
+    closeSessions() {
+      for (const session of sessions) session.destroy();
+    },
+  };
 }

@@ -16,6 +16,8 @@ import { writeReply } from "./write.ts";
 export interface Outlet {
   /** True once a reply started or the connection is gone. */
   readonly spent: boolean;
+  /** True on HTTP/2: no connection-level headers (`Connection`) may be sent. */
+  readonly multiplexed: boolean;
   /** Sends a reply. */
   send(reply: Reply, extra: Record<string, string>): void;
   /** Closes the connection without a reply. */
@@ -46,6 +48,10 @@ class ResponseOutlet implements Outlet {
 
   get spent(): boolean {
     return this.#response.headersSent || this.#response.destroyed;
+  }
+
+  get multiplexed(): boolean {
+    return this.#response.req?.httpVersionMajor === 2;
   }
 
   send(reply: Reply, extra: Record<string, string>): void {
@@ -83,6 +89,7 @@ export function socketOutlet(socket: Duplex, ticket: Reservation): Outlet {
     get spent() {
       return started || socket.destroyed;
     },
+    multiplexed: false,
     send(reply, extra) {
       started = true;
       writeRawReply(socket, reply, extra, (ok) => {

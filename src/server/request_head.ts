@@ -49,20 +49,36 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
   let hosts = 0;
   let lengths = 0;
   let chunked = false;
+  let authority = false;
   let hostValue = "";
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i];
     if (name.length === 4 && name.toLowerCase() === "host") {
+      if (authority) {
+        if (raw[i + 1] !== hostValue) {
+          return { kind: "bad_request", detail: ":authority differs from Host" };
+        }
+        continue;
+      }
       hosts++;
       hostValue = raw[i + 1];
     } else if (name.length === 14 && name.toLowerCase() === "content-length") {
       lengths++;
     } else if (name.length === 17 && name.toLowerCase() === "transfer-encoding") {
       chunked = true;
+    } else if (name === ":authority") {
+      // HTTP/2 (RFC 9113 §8.3.1): the authority pseudo-header stands for Host; both must agree.
+      if (hosts > 0 && raw[i + 1] !== hostValue) {
+        return { kind: "bad_request", detail: ":authority differs from Host" };
+      }
+      if (hosts === 0) hosts = 1;
+      authority = true;
+      hostValue = raw[i + 1];
     }
   }
   if (hosts > 1) return { kind: "bad_request", detail: "more than one Host header" };
-  const http11 = request.httpVersionMajor === 1 && request.httpVersionMinor >= 1;
+  const http11 = request.httpVersionMajor >= 2 ||
+    (request.httpVersionMajor === 1 && request.httpVersionMinor >= 1);
   if (hosts === 0 && http11) return { kind: "bad_request", detail: "HTTP/1.1 without Host" };
   if (chunked && !http11) return { kind: "bad_request", detail: "Transfer-Encoding on HTTP/1.0" };
   if (chunked && lengths > 0) {

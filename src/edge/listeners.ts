@@ -1,0 +1,221 @@
+/**
+ * Binding the listeners of a plan: a plain lane server, a TLS front over a lane server (the
+ * public lane with `tls`), the ACME companion, or an SNI passthrough listener. Each bound listener
+ * knows how to stop accepting, drop its idle connections, and close everything.
+ *
+ * @module
+ */
+import type { AddressInfo, Server, Socket } from "node:net";
+import net from "node:net";
+import type { ListenerRole } from "../boot/distinct.ts";
+import { clearStaleSocket } from "../boot/unix_socket.ts";
+import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import type { LaneName } from "../ledger/lane.ts";
+import { createLaneServer, type LaneServer, type ServerLimits } from "../server/lane_server.ts";
+import { createTlsFront } from "../server/tls_front.ts";
+import type { LaneTable } from "../server/lane.ts";
+import { servePassthrough } from "../tls/passthrough.ts";
+import type { EdgeServices } from "./services.ts";
+
+/** A listener bound (or about to be) for one lane. */
+export interface Bound {
+  readonly lane: LaneName;
+  readonly role?: ListenerRole;
+  readonly index: number;
+  readonly address: ListenerAddress;
+  /** The object that listens (proven distinct from every other). */
+  readonly server: Server;
+  /** Stops accepting new connections (drain). */
+  stopAccepting(): void;
+  /** Closes connections with no request in flight (drain). */
+  closeIdle(): void;
+  /** Closes every connection now. */
+  closeAll(): void;
+}
+
+/** What binding needs from the edge. */
+export interface BindContext {
+  readonly services: EdgeServices;
+  readonly limits: ServerLimits;
+  readonly armed: () => boolean;
+  readonly tls?: { readonly minVersion: "TLSv1.2" | "TLSv1.3"; readonly http2: boolean };
+  readonly helloTimeoutMs: number;
+}
+
+/**
+ * Creates the listening object for one address of a planned lane (not yet listening).
+ *
+ * @param table the lane's route table
+ * @param role `serve` for the lane's own listeners, else the companion role
+ */
+export function createListener(
+  table: LaneTable<EdgeServices>,
+  role: "serve" | ListenerRole,
+  index: number,
+  address: ListenerAddress,
+  context: BindContext,
+): Bound {
+  const lane = table.descriptor.name;
+  const { services } = context;
+  const base = { lane, index, address, role: role === "serve" ? undefined : role };
+  if (role === "passthrough") return passthroughListener(base, context);
+  const store = services.tls;
+  if (role === "serve" && lane === "public" && store && context.tls) {
+    const servers = createLaneServer({
+      lane: table,
+      services,
+      limits: context.limits,
+      armed: context.armed,
+      behindTls: { http2: context.tls.http2 },
+    });
+    const front = createTlsFront({
+      store,
+      minVersion: context.tls.minVersion,
+      http2: context.tls.http2,
+      handshakeMs: context.limits.headerMs,
+      accept: () => context.armed() && services.ledger.openConnection(lane),
+      release: () => services.ledger.closeConnection(lane),
+      servers,
+    });
+    return {
+      ...base,
+      server: front,
+      stopAccepting: () => front.close(),
+      closeIdle: () => servers.http.closeIdleConnections(),
+      closeAll: () => closeLaneServer(servers),
+    };
+  }
+  const servers = createLaneServer({
+    lane: table,
+    services,
+    limits: context.limits,
+    armed: context.armed,
+  });
+  return {
+    ...base,
+    server: servers.http,
+    stopAccepting: () => servers.http.close(),
+    closeIdle: () => servers.http.closeIdleConnections(),
+    closeAll: () => closeLaneServer(servers),
+  };
+}
+
+function closeLaneServer(servers: LaneServer): void {
+  servers.http.closeAllConnections();
+  servers.closeSessions?.();
+}
+
+/** An SNI passthrough listener: accounted at accept, piped by SNI, never terminated. */
+function passthroughListener(
+  base: Omit<Bound, "server" | "stopAccepting" | "closeIdle" | "closeAll">,
+  context: BindContext,
+): Bound {
+  const { services, armed } = context;
+  const { ledger, egress } = services;
+  const open = new Set<Socket>();
+  const budgets = new WeakMap<Socket, { active: number }>();
+  const server = net.createServer(function acceptPassthrough(socket) {
+    if (!armed() || !ledger.openConnection("public")) {
+      socket.destroy();
+      return;
+    }
+    open.add(socket);
+    budgets.set(socket, { active: 0 });
+    socket.once("close", () => {
+      open.delete(socket);
+      ledger.closeConnection("public");
+    });
+    servePassthrough(socket, {
+      helloTimeoutMs: context.helloTimeoutMs,
+      lookup: (name) => services.tenants().get(name)?.passthrough,
+      admit() {
+        if (services.state.draining) return undefined;
+        const ticket = ledger.admit("public", budgets.get(socket));
+        if (!("complete" in ticket)) return undefined;
+        return (ok) => ok ? ticket.complete() : ticket.cancel();
+      },
+      connect: (target) =>
+        egress.connectRaw({ ...target, target: formatTarget(target.host, target.port) }),
+      log: services.log,
+    });
+  });
+  return {
+    ...base,
+    server,
+    stopAccepting: () => server.close(),
+    closeIdle: () => {},
+    closeAll: () => {
+      for (const socket of open) socket.destroy();
+    },
+  };
+}
+
+function formatTarget(host: string, port: number): string {
+  return `${host.includes(":") ? `[${host}]` : host}:${port}`.toLowerCase();
+}
+
+/** The listener's name in diagnostics: `lane "public"` or `lane "public" (acme_http)`. */
+export function describeListener(bound: Pick<Bound, "lane" | "role">): string {
+  return `lane "${bound.lane}"${bound.role ? ` (${bound.role})` : ""}`;
+}
+
+/**
+ * Binds a listener.
+ *
+ * @throws {Error} with a message naming the lane, the address and why (the caller wraps it)
+ */
+export async function listen(bound: Bound): Promise<void> {
+  const { address, server } = bound;
+  const what = `Cannot bind ${describeListener(bound)} on ${formatAddress(address)}`;
+  if (address.kind === "unix") {
+    const busy = await clearStaleSocket(address.path);
+    if (busy) throw new Error(`${what}: ${busy}`);
+  }
+  await new Promise<void>((resolve, reject) => {
+    const fail = (error: NodeJS.ErrnoException) => {
+      const reason = error.code === "EADDRINUSE"
+        ? "address already in use"
+        : error.code === "EACCES"
+        ? "permission denied by the OS"
+        : error.code === "ENOENT"
+        ? "its folder does not exist"
+        : error.name === "NotCapable"
+        ? "not granted by --allow-net"
+        : error.message;
+      reject(new Error(`${what}: ${reason}`));
+    };
+    server.once("error", fail);
+    const ready = () => {
+      server.off("error", fail);
+      resolve();
+    };
+    try {
+      if (address.kind === "unix") server.listen({ path: address.path }, ready);
+      else server.listen({ host: address.hostname, port: address.port, exclusive: true }, ready);
+    } catch (error) {
+      fail(error as NodeJS.ErrnoException);
+    }
+  });
+}
+
+/** The address a listener actually bound. */
+export function boundAddress(bound: Bound): ListenerAddress {
+  const info = bound.server.address();
+  if (bound.address.kind === "unix" || info === null || typeof info === "string") {
+    return bound.address;
+  }
+  const { address, port } = info as AddressInfo;
+  return { kind: "tcp", hostname: address, port };
+}
+
+/** Closes a listener and every connection it has; removes its Unix socket file. */
+export function closeListener(bound: Bound): Promise<void> {
+  return new Promise((resolve) => {
+    const { address } = bound;
+    bound.server.close(async () => {
+      if (address.kind === "unix") await Deno.remove(address.path).catch(() => {});
+      resolve();
+    });
+    bound.closeAll();
+  });
+}
