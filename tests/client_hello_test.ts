@@ -3,9 +3,27 @@ import net from "node:net";
 import tls from "node:tls";
 import { type HelloResult, readClientHello } from "../src/tls/client_hello.ts";
 
-/** Deno.test with the op and resource sanitizers on (Deno 2 leaves them off by default). */
+/**
+ * Deno.test with the op and resource sanitizers on (Deno 2 leaves them off by default) and a
+ * 3-second bound, so a broken pipe fails the test instead of hanging it.
+ */
 function strictTest(name: string, fn: () => void | Promise<void>): void {
-  Deno.test({ name, fn, sanitizeOps: true, sanitizeResources: true });
+  Deno.test({
+    name,
+    sanitizeOps: true,
+    sanitizeResources: true,
+    async fn() {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const limit = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("Test took longer than 3000 ms")), 3000);
+      });
+      try {
+        await Promise.race([fn(), limit]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+  });
 }
 
 const encoder = new TextEncoder();
@@ -144,7 +162,7 @@ strictTest("readClientHello() reassembles a hello split across records", () => {
   assertPrefixesIncomplete(twoRecords, "shop.example");
   // The handshake header itself split, and one byte per record.
   assertPrefixesIncomplete(records(message, [2]), "shop.example");
-  assertPrefixesIncomplete(records(message, new Array(message.length).fill(1)), "shop.example");
+  assertPrefixesIncomplete(records(message, new Array(63).fill(1)), "shop.example");
 });
 
 strictTest("readClientHello() is incomplete over many small TCP reads until the last", async () => {
@@ -262,16 +280,24 @@ strictTest(
     const small = shopHello();
     assert.equal(readClientHello(small, small.length).kind, "hello");
     assertInvalid(small, /too large/, small.length - 1);
-    // Tiny records: the cap counts record headers, so the buffer never outgrows it.
+    // Tiny records: the cap counts record headers, so "incomplete" never needs more bytes than it.
     const message = helloMessage([sni("shop.example")]);
-    const fragmented = records(message, new Array(message.length).fill(1));
-    const cap = fragmented.length - 1;
-    assertInvalid(fragmented, /too large/, cap);
-    // Refused as soon as the next one-byte record could not fit, never buffering past the cap.
-    assert.equal(readClientHello(fragmented.subarray(0, cap - 6), cap).kind, "incomplete");
-    assertInvalid(fragmented.subarray(0, cap - 5), /too large/, cap);
+    const fragmented = records(message, new Array(60).fill(1));
+    assert.equal(readClientHello(fragmented, fragmented.length).kind, "hello");
+    const cap = 200;
+    for (let length = 0; length <= fragmented.length; length++) {
+      const result = readClientHello(fragmented.subarray(0, length), cap);
+      if (result.kind !== "incomplete") assert.match(JSON.stringify(result), /too large/);
+      else assert.ok(length <= cap, `incomplete at ${length} bytes`);
+    }
   },
 );
+
+strictTest("readClientHello() refuses a hello split over more than 64 records", () => {
+  const message = helloMessage([sni("shop.example")]);
+  assert.equal(readClientHello(records(message, new Array(63).fill(1))).kind, "hello");
+  assertInvalid(records(message, new Array(64).fill(1)), /too many records/);
+});
 
 // ---- Fuzzing ----
 

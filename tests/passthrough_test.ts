@@ -10,19 +10,42 @@ import {
   servePassthrough,
 } from "../src/tls/passthrough.ts";
 
-/** Deno.test with the op and resource sanitizers on (Deno 2 leaves them off by default). */
+/**
+ * Deno.test with the op and resource sanitizers on (Deno 2 leaves them off by default) and a
+ * 3-second bound, so a broken pipe fails the test instead of hanging it.
+ */
 function strictTest(name: string, fn: () => void | Promise<void>): void {
-  Deno.test({ name, fn, sanitizeOps: true, sanitizeResources: true });
+  Deno.test({
+    name,
+    sanitizeOps: true,
+    sanitizeResources: true,
+    async fn() {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const limit = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("Test took longer than 3000 ms")), 3000);
+      });
+      try {
+        await Promise.race([fn(), limit]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+  });
 }
 
 const encoder = new TextEncoder();
 const u16 = (n: number) => [(n >> 8) & 255, n & 255];
 const vec16 = (bytes: readonly number[]) => [...u16(bytes.length), ...bytes];
 
-/** A one-record TLS 1.3-style ClientHello (RFC 8446 §4.1.2) with `name` as its SNI. */
-function clientHello(name: string): Uint8Array {
+/**
+ * A one-record TLS 1.3-style ClientHello (RFC 8446 §4.1.2) with `name` as its SNI and `padding`
+ * bytes of padding extension (RFC 7685).
+ */
+function clientHello(name: string, padding = 0): Uint8Array {
   const sni = [...u16(0), ...vec16(vec16([0, ...vec16([...encoder.encode(name)])]))];
-  const body = [3, 3, ...new Array(32).fill(1), 0, ...vec16([0x13, 0x01]), 1, 0, ...vec16(sni)];
+  const pad = padding > 0 ? [...u16(21), ...vec16(new Array(padding).fill(0))] : [];
+  const extensions = vec16([...sni, ...pad]);
+  const body = [3, 3, ...new Array(32).fill(1), 0, ...vec16([0x13, 0x01]), 1, 0, ...extensions];
   const message = [1, 0, ...u16(body.length), ...body];
   return new Uint8Array([22, 3, 1, ...u16(message.length), ...message]);
 }
@@ -147,10 +170,12 @@ strictTest("servePassthrough() pipes the ClientHello, then every byte both ways"
   const target = { host: "127.0.0.1", port: backend.port };
   const { options, calls, released } = fakeOptions({ "shop.example": [target] });
   const front = await gateway(options);
-  const hello = clientHello("Shop.Example");
+  const hello = clientHello("Shop.Example", 5000);
   const peer = await client(front.port);
-  peer.socket.write(hello.subarray(0, 20));
-  peer.socket.write(hello.subarray(20));
+  for (const [from, to] of [[0, 20], [20, 3000], [3000, hello.length]]) {
+    await new Promise((resolve) => peer.socket.write(hello.subarray(from, to), resolve));
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
   assert.deepEqual(await peer.until(hello.length), hello);
   const after = encoder.encode("application bytes after the hello");
   peer.socket.write(after);
@@ -221,6 +246,29 @@ strictTest(
     await front.close();
   },
 );
+
+strictTest("servePassthrough() holds bytes sent while the backend connect is pending", async () => {
+  const backend = await echoBackend();
+  const { options, released } = fakeOptions({
+    "shop.example": [{ host: "127.0.0.1", port: backend.port }],
+  });
+  const slowConnect = async (target: PassthroughBackend) => {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    return options.connect(target);
+  };
+  const front = await gateway({ ...options, connect: slowConnect });
+  const peer = await client(front.port);
+  const bytes = new Uint8Array([...clientHello("shop.example"), ...encoder.encode("early")]);
+  peer.socket.write(bytes.subarray(0, -5));
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  peer.socket.write(bytes.subarray(-5));
+  assert.deepEqual(await peer.until(bytes.length), bytes);
+  peer.socket.end();
+  await released;
+  await front.close();
+  await backend.close();
+  assert.deepEqual(backend.received, [bytes]);
+});
 
 strictTest("servePassthrough() closes on bytes that are not a ClientHello", async () => {
   const { options, calls } = fakeOptions({});

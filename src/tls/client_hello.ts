@@ -31,6 +31,12 @@ export const DEFAULT_MAX_HELLO_BYTES = 16384 * 2;
 
 /** RFC 8446 §5.1: the plaintext of one record is at most 2^14 bytes (no expansion slack). */
 const MAX_RECORD_LENGTH = 16384;
+/**
+ * Not in any RFC: a bound on the records one ClientHello may be split over. Callers re-parse as
+ * bytes trickle in, so without it a hello in one-byte records costs quadratic time; evasion tools
+ * that split hellos use a handful of records.
+ */
+const MAX_HELLO_RECORDS = 64;
 const RECORD_HEADER_LENGTH = 5;
 const HANDSHAKE_HEADER_LENGTH = 4;
 const CONTENT_TYPE_HANDSHAKE = 22;
@@ -83,6 +89,7 @@ function reassembleHandshake(bytes: Uint8Array, maxHelloBytes: number): Uint8Arr
   for (;;) {
     // The message still needs at least one byte, so at least one more record.
     if (offset + RECORD_HEADER_LENGTH + 1 > maxHelloBytes) return invalid("ClientHello too large");
+    if (fragments.length === MAX_HELLO_RECORDS) return invalid("ClientHello in too many records");
     const record = readRecordHeader(bytes, offset);
     if (typeof record !== "number") return record;
     const start = offset + RECORD_HEADER_LENGTH;

@@ -70,6 +70,27 @@ type HelloOutcome =
  *
  * @param socket a freshly accepted client connection, not yet read from
  * @param options routing, admission, backend connection and logging
+ *
+ * @example
+ * ```ts
+ * import { connect, createServer } from "node:net";
+ * import { servePassthrough } from "./passthrough.ts";
+ *
+ * const routes = new Map([["shop.example", { backends: [{ host: "10.0.0.7", port: 443 }] }]]);
+ * const listener = createServer((socket) =>
+ *   servePassthrough(socket, {
+ *     helloTimeoutMs: 5_000,
+ *     lookup: (serverName) => routes.get(serverName),
+ *     admit: () => (_ok) => {},
+ *     connect: ({ host, port }) =>
+ *       new Promise((resolve, reject) => {
+ *         const stream = connect(port, host, () => resolve(stream)).once("error", reject);
+ *       }),
+ *     log: console.log,
+ *   })
+ * );
+ * listener.close(); // a real gateway would `listen` on its passthrough address
+ * ```
  */
 export function servePassthrough(socket: Socket, options: PassthroughOptions): void {
   runPassthrough(socket, options).catch((error: unknown) => {
@@ -92,8 +113,9 @@ async function runPassthrough(socket: Socket, options: PassthroughOptions): Prom
   const admitted = options.admit();
   if (admitted === undefined) return refuse(socket, options, "admission refused");
   const release = once(admitted);
+  let backend: Duplex | undefined;
   try {
-    const backend = await connectFirst(socket, route.backends, options);
+    backend = await connectFirst(socket, route.backends, options);
     if (backend === undefined) {
       release(false);
       const reason = socket.destroyed
@@ -103,6 +125,7 @@ async function runPassthrough(socket: Socket, options: PassthroughOptions): Prom
     }
     splice(socket, backend, hello.buffered, release);
   } catch (error) {
+    backend?.destroy();
     release(false);
     throw error;
   }
@@ -125,7 +148,7 @@ function awaitClientHello(
   maxHelloBytes: number,
 ): Promise<HelloOutcome> {
   return new Promise((resolve) => {
-    let buffered: Uint8Array = new Uint8Array(0);
+    const buffer = { storage: new Uint8Array(2048), length: 0 };
     const finish = (outcome: HelloOutcome) => {
       clearTimeout(timer);
       socket.off("data", onData);
@@ -135,7 +158,7 @@ function awaitClientHello(
       resolve(outcome);
     };
     const onData = (chunk: Uint8Array) => {
-      buffered = append(buffered, chunk);
+      const buffered = append(buffer, chunk);
       const result = readClientHello(buffered, maxHelloBytes);
       if (result.kind === "invalid") {
         finish({ kind: "closed", reason: `invalid ClientHello (${result.reason})` });
@@ -222,13 +245,17 @@ function endThenDestroy(stream: Duplex): void {
   else stream.once("finish", () => stream.destroy());
 }
 
-/** Appends a chunk to the bytes buffered so far. */
-function append(buffered: Uint8Array, chunk: Uint8Array): Uint8Array {
-  if (buffered.length === 0) return new Uint8Array(chunk);
-  const joined = new Uint8Array(buffered.length + chunk.length);
-  joined.set(buffered);
-  joined.set(chunk, buffered.length);
-  return joined;
+/** Appends `chunk` to `buffer`, doubling its storage when full: a trickle costs linear copying. */
+function append(buffer: { storage: Uint8Array; length: number }, chunk: Uint8Array): Uint8Array {
+  const needed = buffer.length + chunk.length;
+  if (needed > buffer.storage.length) {
+    const grown = new Uint8Array(Math.max(needed, buffer.storage.length * 2));
+    grown.set(buffer.storage.subarray(0, buffer.length));
+    buffer.storage = grown;
+  }
+  buffer.storage.set(chunk, buffer.length);
+  buffer.length = needed;
+  return buffer.storage.subarray(0, needed);
 }
 
 /** Wraps a release function so that only its first call counts. */
@@ -241,13 +268,15 @@ function once(release: (ok: boolean) => void): (ok: boolean) => void {
   };
 }
 
-/** An error's name or code for the log — never its message, which may carry an address. */
+/**
+ * An error's code (`ECONNREFUSED`), kind (a SocksError's `timeout`) or name for the log — never
+ * its message, which may carry an address.
+ */
 function errorName(error: unknown): string {
-  if (error instanceof Error) {
-    const code = (error as { code?: unknown }).code;
-    return typeof code === "string" ? code : error.name;
-  }
-  return "non-error value";
+  if (!(error instanceof Error)) return "non-error value";
+  const { code, kind } = error as { code?: unknown; kind?: unknown };
+  if (typeof code === "string") return code;
+  return typeof kind === "string" ? `${error.name} ${kind}` : error.name;
 }
 
 /** Swallows client errors while no phase listens; the `close` that follows does the work. */
