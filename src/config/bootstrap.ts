@@ -45,8 +45,11 @@ const TlsConfig = v.strictObject({
     v.picklist(["TLSv1.2", "TLSv1.3"], 'Expected "TLSv1.2" or "TLSv1.3"'),
     "TLSv1.2",
   ),
-  /** Offer HTTP/2 (ALPN h2) beside HTTP/1.1; false offers http/1.1 only. */
-  http2: v.optional(v.boolean("Expected true or false"), true),
+  /**
+   * Offer HTTP/2 (ALPN h2) beside HTTP/1.1. Off by default: Deno 2.9.6's node:http2 aborted the
+   * process under concurrent h2 load in our tests (docs/decisions.md §8).
+   */
+  http2: v.optional(v.boolean("Expected true or false"), false),
   /** The name the bootstrap certificate is issued for (default: node_id). */
   name: v.optional(HostName),
   /** Reload certificates when their files change. */

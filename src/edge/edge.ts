@@ -102,6 +102,12 @@ export async function startEdge(
       log,
     });
   if (store) await store.reload();
+  if (tlsConfig?.http2) {
+    log(
+      "portcullis: warning: tls.http2 is on; Deno 2.9.6's node:http2 has aborted the process " +
+        "under concurrent HTTP/2 load in testing (docs/decisions.md §8)",
+    );
+  }
   const stopWatching: StopWatching = store && tlsConfig.watch && tlsConfig.certificates.length > 0
     ? watchCertificates(
       store,

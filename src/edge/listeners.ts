@@ -11,8 +11,7 @@ import type { ListenerRole } from "../boot/distinct.ts";
 import { clearStaleSocket } from "../boot/unix_socket.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane.ts";
-import { createLaneServer, type LaneServer, type ServerLimits } from "../server/lane_server.ts";
-import { createTlsFront } from "../server/tls_front.ts";
+import { createLaneServer, type ServerLimits } from "../server/lane_server.ts";
 import type { LaneTable } from "../server/lane.ts";
 import { servePassthrough } from "../tls/passthrough.ts";
 import type { EdgeServices } from "./services.ts";
@@ -60,49 +59,23 @@ export function createListener(
   const base = { lane, index, address, role: role === "serve" ? undefined : role };
   if (role === "passthrough") return passthroughListener(base, context);
   const store = services.tls;
-  if (role === "serve" && lane === "public" && store && context.tls) {
-    const servers = createLaneServer({
-      lane: table,
-      services,
-      limits: context.limits,
-      armed: context.armed,
-      behindTls: { http2: context.tls.http2 },
-    });
-    const front = createTlsFront({
-      store,
-      minVersion: context.tls.minVersion,
-      http2: context.tls.http2,
-      handshakeMs: context.limits.headerMs,
-      accept: () => context.armed() && services.ledger.openConnection(lane),
-      release: () => services.ledger.closeConnection(lane),
-      servers,
-    });
-    return {
-      ...base,
-      server: front,
-      stopAccepting: () => front.close(),
-      closeIdle: () => servers.http.closeIdleConnections(),
-      closeAll: () => closeLaneServer(servers),
-    };
-  }
-  const servers = createLaneServer({
+  const tls = role === "serve" && lane === "public" && store && context.tls
+    ? { store, minVersion: context.tls.minVersion, http2: context.tls.http2 }
+    : undefined;
+  const substrate = createLaneServer({
     lane: table,
     services,
     limits: context.limits,
     armed: context.armed,
+    tls,
   });
   return {
     ...base,
-    server: servers.http,
-    stopAccepting: () => servers.http.close(),
-    closeIdle: () => servers.http.closeIdleConnections(),
-    closeAll: () => closeLaneServer(servers),
+    server: substrate.server,
+    stopAccepting: () => substrate.server.close(),
+    closeIdle: () => substrate.closeIdle(),
+    closeAll: () => substrate.closeAll(),
   };
-}
-
-function closeLaneServer(servers: LaneServer): void {
-  servers.http.closeAllConnections();
-  servers.closeSessions?.();
 }
 
 /** An SNI passthrough listener: accounted at accept, piped by SNI, never terminated. */

@@ -16,8 +16,7 @@
  *
  * @module
  */
-import http from "node:http";
-import http2 from "node:http2";
+import type http from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { ConnectionBudget, Ledger } from "../ledger/ledger.ts";
@@ -39,6 +38,7 @@ import { type Outlet, responseOutlet, socketOutlet } from "./outlet.ts";
 import { writeRawReply } from "./raw_reply.ts";
 import type { Reply } from "./reply.ts";
 import { readHead } from "./request_head.ts";
+import { createSubstrate, type Substrate, type TlsServing } from "./substrate.ts";
 import { writeReply } from "./write.ts";
 
 /** What a lane server needs from the edge. */
@@ -67,29 +67,18 @@ export interface LaneServerOptions<S extends LaneServices> {
   readonly limits: ServerLimits;
   /** False until the boot checks passed; connections before that are closed unread. */
   readonly armed: () => boolean;
-  /**
-   * Behind a TLS front (tls_front.ts): connections arrive already accepted and accounted, and
-   * `http2` also makes an HTTP/2 server for connections that negotiated `h2`.
-   */
-  readonly behindTls?: { readonly http2: boolean };
-}
-
-/** The servers of one lane listener: HTTP/1.1, and HTTP/2 behind a TLS front that offers it. */
-export interface LaneServer {
-  readonly http: http.Server;
-  readonly h2?: http2.Http2SecureServer;
-  /** Closes every HTTP/2 session now. */
-  closeSessions?(): void;
+  /** TLS on this listener (the public lane with `tls`). */
+  readonly tls?: TlsServing;
 }
 
 /**
- * Creates the server(s) for one listener of one lane (not yet listening).
+ * Creates the server for one listener of one lane (not yet listening).
  *
  * @param options the lane, the edge services, the limits, the arming switch, TLS
  */
 export function createLaneServer<S extends LaneServices>(
   options: LaneServerOptions<S>,
-): LaneServer {
+): Substrate {
   const { lane, services, limits, armed } = options;
   const name = lane.descriptor.name;
   const { ledger, stats } = services;
@@ -98,15 +87,10 @@ export function createLaneServer<S extends LaneServices>(
   const laneProfile = ledger.profile.lanes.find((p) => p.name === name)!;
   const deadlines = new DeadlineSweep(laneProfile.deadlineMs, () => ledger.now());
 
-  const server = http.createServer({
-    maxHeaderSize: limits.headerBytes,
-    // readHead refuses a Host-less HTTP/1.1 request itself, with the error envelope.
-    requireHostHeader: false,
-    headersTimeout: limits.headerMs,
-    requestTimeout: limits.requestMs,
-    keepAliveTimeout: limits.idleMs,
-    connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(limits.headerMs / 4))),
-  }, function serveLaneRequest(request, response) {
+  const substrate = createSubstrate(limits, options.tls, function serveLaneRequest(
+    request,
+    response,
+  ) {
     const requestId = requestIdFor(request.headers["x-request-id"]);
     if (drains && services.state.draining) {
       send(failureReply("draining", requestId), requestId, (reply, extra) => {
@@ -115,7 +99,7 @@ export function createLaneServer<S extends LaneServices>(
       });
       return;
     }
-    const admission = ledger.admit(name, budgets.get(connectionOf(request)));
+    const admission = ledger.admit(name, budgetOf(request));
     if (!(admission instanceof Reservation)) {
       send(overloadReply(admission, requestId), requestId, (reply, extra) => {
         writeReply(response, reply, extra);
@@ -123,11 +107,24 @@ export function createLaneServer<S extends LaneServices>(
       return;
     }
     serveAdmitted(request, responseOutlet(response, admission), admission, requestId);
+  }, function refuseSlowHead(socket) {
+    refuseMalformed(
+      Object.assign(new Error("Request timeout"), { code: "ERR_HTTP_REQUEST_TIMEOUT" }),
+      socket,
+    );
   });
-  const serveLaneRequest = server.listeners("request")[0] as (
-    request: http.IncomingMessage,
-    response: http.ServerResponse,
-  ) => void;
+  const server = substrate.server;
+
+  /** The connection's budget, made on its first request (its socket, or its HTTP/2 session). */
+  function budgetOf(request: http.IncomingMessage): ConnectionBudget {
+    const key = connectionOf(request);
+    let budget = budgets.get(key);
+    if (!budget) {
+      budget = { active: 0 };
+      budgets.set(key, budget);
+    }
+    return budget;
+  }
 
   /** Runs an admitted request through the head checks, the allowlist and the handler. */
   function serveAdmitted(
@@ -245,7 +242,7 @@ export function createLaneServer<S extends LaneServices>(
       const raw = (reply: Reply) =>
         send(reply, requestId, (r, extra) => writeRawReply(socket, r, extra, () => {}));
       if (drains && services.state.draining) return raw(failureReply("draining", requestId));
-      const admission = ledger.admit(name, budgets.get(request.socket));
+      const admission = ledger.admit(name, budgetOf(request));
       if (!(admission instanceof Reservation)) return raw(overloadReply(admission, requestId));
       const outlet = socketOutlet(socket, admission);
       serveAdmitted(request, outlet, admission, requestId, { socket, head });
@@ -253,23 +250,17 @@ export function createLaneServer<S extends LaneServices>(
   }
 
   server.on("connection", function admitConnection(socket: Socket) {
-    if (options.behindTls) {
-      budgets.set(socket, { active: 0 }); // accepted and accounted by the TLS front
-      return;
-    }
     if (!armed() || !ledger.openConnection(name)) {
       socket.destroy();
       return;
     }
-    budgets.set(socket, { active: 0 });
     socket.once("close", () => ledger.closeConnection(name));
   });
-  if (options.behindTls) {
-    // Never listens itself; "listening" starts the head/idle timeout checks all the same.
-    server.emit("listening");
-  }
 
-  server.on("clientError", function refuseMalformed(error: NodeJS.ErrnoException, socket: Duplex) {
+  server.on("clientError", refuseMalformed);
+
+  /** A connection the parser gave up on: a typed reply straight onto the socket, then close. */
+  function refuseMalformed(error: NodeJS.ErrnoException, socket: Duplex) {
     const kind = error.code === "HPE_HEADER_OVERFLOW"
       ? "header_fields_too_large"
       : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
@@ -282,22 +273,9 @@ export function createLaneServer<S extends LaneServices>(
     stats.protocolError(name);
     const requestId = crypto.randomUUID();
     writeRawReply(socket, failureReply(kind, requestId), { "x-request-id": requestId }, () => {});
-  });
+  }
 
   server.on("close", () => deadlines.stop());
-
-  let h2: http2.Http2SecureServer | undefined;
-  const sessions = new Set<http2.ServerHttp2Session>();
-  if (options.behindTls?.http2) {
-    h2 = http2.createSecureServer({ allowHTTP1: false }, serveLaneRequest as never);
-    // One budget per HTTP/2 connection: its streams are its concurrent requests.
-    h2.on("session", (session: http2.ServerHttp2Session) => {
-      budgets.set(session, { active: 0 });
-      sessions.add(session);
-      session.once("close", () => sessions.delete(session));
-      session.setTimeout(limits.idleMs, () => session.close());
-    });
-  }
 
   function errorReply(error: unknown, requestId: string): Reply {
     if (error instanceof GatewayError) return failureReply(error.kind, requestId);
@@ -305,11 +283,5 @@ export function createLaneServer<S extends LaneServices>(
     return failureReply("internal_error", requestId);
   }
 
-  return {
-    http: server,
-    h2,
-    closeSessions() {
-      for (const session of sessions) session.destroy();
-    },
-  };
+  return substrate;
 }

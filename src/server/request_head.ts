@@ -30,6 +30,8 @@ export interface HeadProblem {
 export interface HeadLimits {
   readonly headers: number;
   readonly targetBytes: number;
+  /** Header bytes (names, values, separators); checked here too because not every server does. */
+  readonly headerBytes?: number;
 }
 
 const HOST = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._~!$&'()*+;=%-]+)(?::\d{1,5})?$/;
@@ -45,6 +47,13 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
   const raw = request.rawHeaders;
   if (raw.length / 2 > limits.headers) {
     return { kind: "header_fields_too_large", detail: `${raw.length / 2} header fields` };
+  }
+  if (limits.headerBytes !== undefined) {
+    let bytes = 0;
+    for (let i = 0; i < raw.length; i++) bytes += raw[i].length + 2;
+    if (bytes > limits.headerBytes) {
+      return { kind: "header_fields_too_large", detail: `${bytes} header bytes` };
+    }
   }
   let hosts = 0;
   let lengths = 0;
