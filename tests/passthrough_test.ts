@@ -9,28 +9,11 @@ import {
   type PassthroughRoute,
   servePassthrough,
 } from "../src/tls/passthrough.ts";
+import { boundedTest } from "./fixtures/bounded_test.ts";
 
-/**
- * Deno.test with the op and resource sanitizers on (Deno 2 leaves them off by default) and a
- * 3-second bound, so a broken pipe fails the test instead of hanging it.
- */
+/** A sanitized test bounded to 3000 ms (a broken pipe fails instead of hanging). */
 function strictTest(name: string, fn: () => void | Promise<void>): void {
-  Deno.test({
-    name,
-    sanitizeOps: true,
-    sanitizeResources: true,
-    async fn() {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const limit = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error("Test took longer than 3000 ms")), 3000);
-      });
-      try {
-        await Promise.race([fn(), limit]);
-      } finally {
-        clearTimeout(timer);
-      }
-    },
-  });
+  boundedTest(name, fn, 3000);
 }
 
 const encoder = new TextEncoder();
