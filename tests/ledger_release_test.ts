@@ -187,6 +187,7 @@ Deno.test("overloadStatus() maps caller overloads to 429 and capacity overloads 
       aggregate_full: 503,
       byte_budget: 503,
       deadline_exceeded: 503,
+      priority_shed: 503,
     },
   );
 });

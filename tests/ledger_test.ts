@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { type Clock, Ledger } from "../src/ledger/ledger.ts";
 import { type Overload, OVERLOAD_KINDS, overloadStatus } from "../src/ledger/overload.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
-import { admitted, profile, refused } from "./fixtures/ledger.ts";
+import { validateProfile } from "../src/ledger/profile.ts";
+import { admitted, profile, profileInput, refused } from "./fixtures/ledger.ts";
 
 Deno.test("ledger.admit() takes a protected lane's reserve first, then the general pool", () => {
   let now = 0;
@@ -180,7 +181,8 @@ Deno.test("ledger.admit() throws RangeError on a disabled lane", () => {
   assert.equal(snap.lanes.provider_health.enabled, false);
   assert.equal(snap.admitted, 0);
   assert.equal(snap.outstanding, 0);
-  assert.deepEqual(Object.values(snap.lanes.provider_health.overload), [0, 0, 0, 0, 0, 0]);
+  const zeros = OVERLOAD_KINDS.map(() => 0);
+  assert.deepEqual(Object.values(snap.lanes.provider_health.overload), zeros);
 });
 
 Deno.test("ledger counts each overload kind on its own lane's counter", () => {
@@ -230,4 +232,48 @@ Deno.test("ledger counts each overload kind on its own lane's counter", () => {
     [snap.lanes.public.admitted, snap.lanes.local_health.admitted, snap.admitted],
     [2, 3, 6],
   );
+});
+
+Deno.test("ledger.shed() takes back a low-priority request only from the priority reserve", () => {
+  // Public ceiling 3, the top slot kept for high-priority routes.
+  const ledger = new Ledger(profile({ lanes: { public: { priority_reserve: 1 } } }));
+  const first = admitted(ledger.admit("public"));
+  const second = admitted(ledger.admit("public"));
+  assert.equal(ledger.shed(second), false, "two of three slots: below the reserve");
+  const third = admitted(ledger.admit("public"));
+  assert.equal(ledger.shed(third), true, "the third slot is the reserved one");
+  assert.equal(third.live, false, "the shed request's reservation is released");
+  assert.equal(ledger.inUse("public"), 2);
+  const snap = snapshotLedger(ledger);
+  assert.equal(snap.lanes.public.overload.priority_shed, 1);
+  assert.equal(snap.lanes.public.priority_reserve, 1);
+  assert.equal(snap.cancelled, 1);
+  // A high-priority request never asks to be shed: it keeps the reserved slot.
+  const high = admitted(ledger.admit("public"));
+  assert.equal(ledger.inUse("public"), 3);
+  for (const ticket of [first, second, high]) ticket.complete();
+  assert.equal(snapshotLedger(ledger).outstanding, 0);
+});
+
+Deno.test("ledger.shed() never sheds when the lane keeps no priority reserve", () => {
+  const ledger = new Ledger(profile());
+  const tickets = [1, 2, 3].map(() => admitted(ledger.admit("public")));
+  assert.equal(ledger.shed(tickets[2]), false);
+  assert.equal(snapshotLedger(ledger).lanes.public.priority_reserve, 0);
+  for (const ticket of tickets) ticket.complete();
+});
+
+Deno.test("validateProfile() defaults priority_reserve -1 to a tenth and refuses one that fills the lane", () => {
+  const asked = validateProfile(profileInput({
+    application_slots: 43,
+    lanes: { public: { priority_reserve: -1 } },
+  }));
+  assert.ok(asked.ok);
+  assert.equal(asked.profile.lanes.find((l) => l.name === "public")?.priorityReserve, 4);
+  const tiny = validateProfile(profileInput({ lanes: { public: { priority_reserve: -1 } } }));
+  assert.ok(tiny.ok);
+  assert.equal(tiny.profile.lanes.find((l) => l.name === "public")?.priorityReserve, 1);
+  const full = validateProfile(profileInput({ lanes: { public: { priority_reserve: 3 } } }));
+  assert.ok(!full.ok);
+  assert.deepEqual(full.problems.map((p) => p.path.join(".")), ["lanes.public.priority_reserve"]);
 });

@@ -48,6 +48,7 @@ Deno.test("compileRoute() lower-cases header names and keeps query and cookie na
       cookies: { Session: "abc" },
     },
     respond: { status: 200, headers: {}, body: "ok" },
+    priority: 5,
   };
   const problems: unknown[] = [];
   const entry = await compileRoute(
@@ -66,7 +67,7 @@ Deno.test("compileRoute() lower-cases header names and keeps query and cookie na
 
 Deno.test("compileRoute() leaves criteria undefined when the match names none", async () => {
   const entry = await compileRoute(
-    { match: { path: "/" }, respond: { status: 200, headers: {}, body: "" } },
+    { match: { path: "/" }, respond: { status: 200, headers: {}, body: "" }, priority: 5 },
     { dir: "/tmp", index: 0, names: ["a.example"], tenant: "a.example" },
     () => assert.fail("no problem expected"),
   );

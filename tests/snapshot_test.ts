@@ -25,7 +25,8 @@ Deno.test("snapshotLedger() has the fields the ledger endpoint promises", () => 
   for (const name of LANE_NAMES) {
     const lane = snap.lanes[name];
     for (const field of ["enabled"] as const) assert.equal(typeof lane[field], "boolean");
-    for (const field of ["reserve", "in_use", "admitted", "denied_route"] as const) {
+    const counts = ["reserve", "priority_reserve", "in_use", "admitted", "denied_route"] as const;
+    for (const field of counts) {
       assert.equal(typeof lane[field], "number", `lanes.${name}.${field}`);
     }
     assert.deepEqual(Object.keys(lane.overload).sort(), [
@@ -34,6 +35,7 @@ Deno.test("snapshotLedger() has the fields the ledger endpoint promises", () => 
       "deadline_exceeded",
       "lane_pool_full",
       "per_connection_limit",
+      "priority_shed",
       "rate_budget",
     ]);
     for (const kind of OVERLOAD_KINDS) assert.equal(lane.overload[kind], 0);

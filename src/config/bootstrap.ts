@@ -96,6 +96,8 @@ const LaneLedger = v.strictObject({
   ),
   deadline_ms: v.optional(wholeNumber(1, 3_600_000)),
   rate: v.optional(Rate),
+  /** Public lane: slots at the top of its ceiling only routes with priority ≥ 8 may fill. */
+  priority_reserve: v.optional(wholeNumber(0)),
 });
 
 /** The bootstrap config schema. */

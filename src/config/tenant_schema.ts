@@ -5,6 +5,7 @@
  */
 import * as v from "valibot";
 import { HostPort } from "./egress_schema.ts";
+import { PoliciesSchema } from "./policy_schema.ts";
 import { Text, wholeNumber } from "./fields.ts";
 
 /** A lower-case DNS name (`.onion` names included); no port, no trailing dot. */
@@ -149,6 +150,12 @@ const Route = v.strictObject({
   respond: v.optional(Respond),
   redirect: v.optional(Redirect),
   proxy: v.optional(Proxy),
+  /** 0 (lowest) to 10; routes at 8 or above may use the public lane's priority reserve. */
+  priority: v.optional(wholeNumber(0, 10, "a priority"), 5),
+  /** Answer 503 with Retry-After instead of running the action. */
+  maintenance: v.optional(v.strictObject({
+    retry_after_s: v.optional(wholeNumber(1, 86_400, "seconds"), 120),
+  })),
 });
 
 /** The tenant file schema. */
@@ -164,6 +171,8 @@ export const TenantSchema = v.strictObject({
     404,
   ),
   routes: v.optional(v.array(Route, "Expected a list of routes"), []),
+  /** This tenant's policies; each one absent here falls back to `globals.yaml`, then to off. */
+  policies: v.optional(PoliciesSchema),
   /** Not terminated: TLS bytes are piped by SNI to one of these `host:port` backends. */
   passthrough: v.optional(v.strictObject({
     backends: v.pipe(

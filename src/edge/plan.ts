@@ -49,6 +49,19 @@ export async function planEdge<S>(
   const byName = new Map(descriptors.map((d) => [d.name, d]));
   const enabled = configuredLanes(config);
 
+  // Tenants load first: a high-priority route gives the public lane a default priority reserve.
+  let tenants: TenantRegistry | undefined;
+  const tenantProblems: ConfigProblem[] = [];
+  try {
+    tenants = await loadTenants(config.tenantsDir);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    tenantProblems.push(...error.problems);
+  }
+  const priorityRoutes = tenants?.tenants.some((t) =>
+    t.routeList.some((r) => (r.priority ?? 5) >= 8)
+  );
+
   const inputs = {} as Record<LaneName, LaneProfileInput>;
   for (const name of LANE_NAMES) {
     const descriptor = byName.get(name);
@@ -65,6 +78,7 @@ export async function planEdge<S>(
       deadline_ms: given.deadline_ms ?? d.deadline_ms,
       rate: given.rate ?? d.rate,
       rate_required: d.rate_required,
+      priority_reserve: given.priority_reserve ?? (name === "public" && priorityRoutes ? -1 : 0),
     };
   }
   const checked = validateProfile({ ...config.ledger, lanes: inputs });
@@ -128,13 +142,7 @@ export async function planEdge<S>(
     );
   }
 
-  let tenants: TenantRegistry | undefined;
-  try {
-    tenants = await loadTenants(config.tenantsDir);
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    problems.push(...error.problems);
-  }
+  problems.push(...tenantProblems);
   if (tenants) problems.push(...checkReach(config, tenants));
   if (problems.length > 0 || !checked.ok || !tenants) throw new ConfigError(problems);
   return { config, profile: checked.profile, lanes, tenants, grants: requiredGrants(config) };

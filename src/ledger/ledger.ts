@@ -175,6 +175,23 @@ export class Ledger implements ReservationOwner {
     return this.memory.gauge(G.reserveUsed(index)) + this.memory.gauge(G.generalUsed(index));
   }
 
+  /**
+   * Sheds a low-priority request that holds one of the slots its lane keeps for high-priority
+   * routes: the reservation is cancelled and a `priority_shed` overload counted. The priority is
+   * known only after routing, so admission lets every request use the whole ceiling and this check
+   * takes a low-priority one back out.
+   *
+   * @returns true when the request was shed
+   */
+  shed(ticket: Reservation): boolean {
+    const profile = this.profile.lanes[ticket.laneIndex];
+    if (profile.priorityReserve === 0 || !ticket.live) return false;
+    if (this.inUse(ticket.lane) <= profile.maxSlots - profile.priorityReserve) return false;
+    ticket.cancel();
+    this.memory.bump(C.overload(ticket.laneIndex, "priority_shed"));
+    return true;
+  }
+
   /** Counts a request denied by its lane's route allowlist. */
   denyRoute(lane: LaneName): void {
     this.memory.bump(C.deniedRoute(laneIndex(lane)));

@@ -12,6 +12,7 @@ export const OVERLOAD_KINDS = [
   "aggregate_full",
   "byte_budget",
   "deadline_exceeded",
+  "priority_shed",
 ] as const;
 
 /** Why an admission was refused. */
@@ -26,7 +27,8 @@ export interface Overload {
 
 /**
  * The status an overload answers with: the caller doing too much is 429, the service out of
- * admitted capacity is 503.
+ * admitted capacity is 503 (a priority shed included: a low-priority request found the lane's
+ * remaining slots kept for high-priority routes).
  *
  * @example
  * ```ts

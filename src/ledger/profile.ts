@@ -26,6 +26,11 @@ export interface LaneProfileInput {
   readonly rate?: RateBudget;
   /** The lane refuses to run without a rate budget (provider_health). */
   readonly rate_required?: boolean;
+  /**
+   * Slots at the top of the lane's ceiling only high-priority routes may fill (public); -1 asks
+   * for the default, a tenth of the ceiling (at least one).
+   */
+  readonly priority_reserve?: number;
 }
 
 /** The whole profile as asked for. */
@@ -46,6 +51,8 @@ export interface LaneProfile {
   readonly footprint: number;
   readonly deadlineMs: number;
   readonly rate?: RateBudget;
+  /** Slots at the top of the ceiling kept for high-priority routes (0: none). */
+  readonly priorityReserve: number;
 }
 
 /** The validated profile: every number the ledger enforces. */
@@ -224,10 +231,23 @@ export function validateProfile(
           `${lane.reserve + Math.max(generalPool, 0)} (reserve plus the general pool)`,
       );
     }
+    // -1 asks for the default: a tenth of the ceiling, at least one slot.
+    const priorityReserve = lane.priority_reserve === -1
+      ? Math.max(1, Math.floor(maxSlots / 10))
+      : lane.priority_reserve ?? 0;
+    if (priorityReserve > 0) {
+      need(
+        Number.isInteger(priorityReserve) && priorityReserve < maxSlots,
+        ["lanes", name, "priority_reserve"],
+        priorityReserve,
+        `The priority reserve must leave slots for ordinary routes (ceiling ${maxSlots})`,
+      );
+    }
     return {
       name,
       enabled: lane.enabled,
       reserve: lane.reserve,
+      priorityReserve,
       maxSlots,
       maxConnections: lane.max_connections,
       footprint: lane.footprint_bytes,

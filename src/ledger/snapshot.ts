@@ -14,6 +14,7 @@ export interface LaneSnapshot {
   enabled: boolean;
   reserve: number;
   max_slots: number;
+  priority_reserve: number;
   footprint_bytes: number;
   deadline_ms: number;
   rate: { per_second: number; burst: number } | null;
@@ -77,6 +78,7 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
       enabled: profile.enabled,
       reserve: profile.reserve,
       max_slots: profile.maxSlots,
+      priority_reserve: profile.priorityReserve,
       footprint_bytes: profile.footprint,
       deadline_ms: profile.deadlineMs,
       rate: profile.rate ? { ...profile.rate } : null,

@@ -25,6 +25,10 @@ export type FailureKind =
   | "tenant_blocked"
   | "draining"
   | "not_ready"
+  | "blocked"
+  | "rate_limited"
+  | "payload_too_large"
+  | "maintenance"
   | "upstream_unreachable"
   | "upstream_failed"
   | "upstream_timeout"
@@ -51,6 +55,11 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "The gateway's byte budget is exhausted",
   },
   deadline_exceeded: { status: 503, source: "internal", message: "The request deadline passed" },
+  priority_shed: {
+    status: 503,
+    source: "internal",
+    message: "The gateway is saturated; only high-priority routes are served",
+  },
   route_not_allowed: { status: 404, source: "client", message: "No such route on this listener" },
   no_route: { status: 404, source: "client", message: "No route matches this request" },
   misdirected_request: {
@@ -73,6 +82,14 @@ const KINDS: Record<FailureKind, KindInfo> = {
   tenant_blocked: { status: 404, source: "client", message: "This site is not available" },
   draining: { status: 503, source: "internal", message: "The gateway is shutting down" },
   not_ready: { status: 503, source: "internal", message: "The gateway is not ready" },
+  blocked: { status: 403, source: "client", message: "The request was refused" },
+  rate_limited: { status: 429, source: "client", message: "Too many requests from this client" },
+  payload_too_large: {
+    status: 413,
+    source: "client",
+    message: "The request body is too large",
+  },
+  maintenance: { status: 503, source: "internal", message: "This service is under maintenance" },
   upstream_unreachable: {
     status: 502,
     source: "upstream",

@@ -73,6 +73,8 @@ export async function compileRoute(
     methods: match.methods ? new Set(match.methods) : undefined,
     host: match.host,
     criteria: hasCriteria ? criteria : undefined,
+    priority: route.priority,
+    maintenance: route.maintenance && { retryAfterS: route.maintenance.retry_after_s },
     action,
   };
 }

@@ -28,6 +28,10 @@ export interface RouteEntry<A> {
   readonly host?: string;
   /** Header, query and cookie conditions, all of which must hold. */
   readonly criteria?: Criteria;
+  /** 0–10 (5 when absent); 8 and above may use the public lane's priority reserve. */
+  readonly priority?: number;
+  /** Set while the route is under maintenance: 503 with this Retry-After. */
+  readonly maintenance?: { readonly retryAfterS: number };
   readonly action: A;
 }
 

@@ -1,0 +1,133 @@
+/**
+ * Tenant policies: each one is configured per tenant, with a default in `globals.yaml`, and is off
+ * when neither says anything. Every policy has a `mode`: `on`, `off`, or `dry_run` (evaluate, log,
+ * count, let the request through).
+ *
+ * @module
+ */
+import * as v from "valibot";
+import { Text, wholeNumber } from "./fields.ts";
+
+const Mode = v.optional(
+  v.picklist(["on", "off", "dry_run"], 'Expected "on", "off" or "dry_run"'),
+  "on",
+);
+
+/** A regular expression source, checked to compile. */
+const Pattern = v.pipe(
+  v.string("Expected a regular expression"),
+  v.minLength(1, "Expected a regular expression"),
+  v.maxLength(512, "Keep a rule under 512 characters"),
+  v.check((source) => {
+    try {
+      new RegExp(source);
+      return true;
+    } catch {
+      return false;
+    }
+  }, "Not a valid regular expression"),
+);
+
+const BlockAction = v.picklist(
+  ["drop", "404", "429", "timeout"],
+  'Expected "drop", "404", "429" or "timeout"',
+);
+
+const RateLimit = v.strictObject({
+  mode: Mode,
+  /** Tokens refilled per second, per client. */
+  per_second: v.pipe(v.number("Expected a number"), v.gtValue(0, "Expected a rate above 0")),
+  /** Bucket size: requests a client may send back to back. */
+  burst: wholeNumber(1, 1_000_000),
+  /** Clients remembered at most (least recently seen are evicted first). */
+  max_clients: v.optional(wholeNumber(1, 10_000_000), 100_000),
+  /** Consecutive denials after which the client goes on the TTL blocklist (0: never). */
+  block_after: v.optional(wholeNumber(0, 1_000_000), 0),
+});
+
+const Caps = v.strictObject({
+  mode: Mode,
+  max_headers: v.optional(wholeNumber(1, 10_000), 100),
+  max_header_bytes: v.optional(wholeNumber(256, 1_048_576), 16_384),
+  max_url_bytes: v.optional(wholeNumber(16, 1_048_576), 8192),
+  max_body_bytes: v.optional(wholeNumber(0, Number.MAX_SAFE_INTEGER), 10_485_760),
+});
+
+const Waf = v.strictObject({
+  mode: Mode,
+  sqli: v.optional(v.boolean("Expected true or false"), true),
+  xss: v.optional(v.boolean("Expected true or false"), true),
+  traversal: v.optional(v.boolean("Expected true or false"), true),
+  /** Request headers inspected besides path and query (lower case). */
+  headers: v.optional(v.array(Text), ["user-agent", "referer"]),
+});
+
+const Blocklist = v.strictObject({
+  mode: Mode,
+  rules: v.optional(
+    v.array(
+      v.pipe(
+        v.strictObject({
+          name: v.pipe(
+            v.string(),
+            v.regex(/^[A-Za-z0-9._-]{1,64}$/, "Expected 1-64 letters, digits, . _ -"),
+          ),
+          path: v.optional(Pattern),
+          header: v.optional(v.strictObject({ name: Text, pattern: Pattern })),
+          action: v.optional(BlockAction, "404"),
+        }),
+        v.check(
+          (rule) => rule.path !== undefined || rule.header !== undefined,
+          "A rule needs a path or a header pattern (it would match every request)",
+        ),
+      ),
+    ),
+    [],
+  ),
+  /** Matches from one client within `window_ms` after which it goes on the TTL blocklist (0: never). */
+  block_after: v.optional(wholeNumber(0, 1_000_000), 0),
+  window_ms: v.optional(wholeNumber(1, 86_400_000), 60_000),
+});
+
+const TtlBlock = v.strictObject({
+  mode: Mode,
+  ttl_ms: v.optional(wholeNumber(1, 604_800_000), 600_000),
+  action: v.optional(BlockAction, "429"),
+  /** Addresses remembered at most. */
+  max_entries: v.optional(wholeNumber(1, 10_000_000), 100_000),
+});
+
+const SecurityHeaders = v.strictObject({
+  mode: Mode,
+  hsts: v.optional(v.union([v.literal(false), Text]), "max-age=31536000; includeSubDomains"),
+  content_type_options: v.optional(v.boolean("Expected true or false"), true),
+  frame_options: v.optional(
+    v.union([v.literal(false), v.picklist(["DENY", "SAMEORIGIN"])]),
+    "DENY",
+  ),
+  referrer_policy: v.optional(v.union([v.literal(false), Text]), "no-referrer"),
+  add: v.optional(v.record(Text, v.string()), {}),
+  remove: v.optional(v.array(Text), []),
+});
+
+/** The policies block of a tenant file or of `globals.yaml`. */
+export const PoliciesSchema = v.strictObject({
+  rate_limit: v.optional(RateLimit),
+  caps: v.optional(Caps),
+  waf: v.optional(Waf),
+  blocklist: v.optional(Blocklist),
+  ttl_block: v.optional(TtlBlock),
+  security_headers: v.optional(SecurityHeaders),
+});
+
+/** `globals.yaml` in the tenants folder: policy defaults for every tenant. */
+export const GlobalsSchema = v.strictObject({
+  policies: v.optional(PoliciesSchema, {}),
+});
+
+/** A policies block as validated. */
+export type PoliciesDocument = v.InferOutput<typeof PoliciesSchema>;
+/** The globals file as validated. */
+export type GlobalsDocument = v.InferOutput<typeof GlobalsSchema>;
+/** The name of the globals file inside the tenants folder. */
+export const GLOBALS_FILE = "globals.yaml";
