@@ -6,6 +6,7 @@
  * @module
  */
 import { join } from "node:path";
+import { GLOBALS_FILE, type GlobalsDocument, GlobalsSchema } from "./policy_schema.ts";
 import type { ConfigProblem } from "./problems.ts";
 import { type TenantDocument, TenantSchema } from "./tenant_schema.ts";
 import { validateFile } from "./validate.ts";
@@ -18,9 +19,30 @@ export interface TenantFile {
   readonly source: YamlFile;
 }
 
-/** True for a file name the loader reads. */
+/** True for a file name the loader reads as a tenant (not `globals.yaml`). */
 export function isTenantFileName(name: string): boolean {
-  return !name.startsWith(".") && /\.ya?ml$/.test(name);
+  return !name.startsWith(".") && /\.ya?ml$/.test(name) && name !== GLOBALS_FILE;
+}
+
+/**
+ * Reads `globals.yaml` from the tenants folder; absent means no policy defaults.
+ *
+ * @returns the globals, or the problems found
+ */
+export async function readGlobals(
+  dir: string,
+): Promise<{ globals: GlobalsDocument; problems: ConfigProblem[] }> {
+  const file = join(dir, GLOBALS_FILE);
+  try {
+    await Deno.lstat(file);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return { globals: { policies: {} }, problems: [] };
+  }
+  const source = await readYaml(file);
+  if (Array.isArray(source)) return { globals: { policies: {} }, problems: source };
+  const checked = validateFile(GlobalsSchema, source);
+  if (!checked.ok) return { globals: { policies: {} }, problems: checked.problems };
+  return { globals: checked.value, problems: [] };
 }
 
 /**

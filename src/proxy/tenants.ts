@@ -7,7 +7,9 @@
  */
 import type { ConfigProblem } from "../config/problems.ts";
 import { ConfigError } from "../config/problems.ts";
-import { readTenantFiles, type TenantFile } from "../config/tenant_files.ts";
+import type { PoliciesDocument } from "../config/policy_schema.ts";
+import { readGlobals, readTenantFiles, type TenantFile } from "../config/tenant_files.ts";
+import { compilePolicies, NO_POLICIES, type TenantPolicies } from "../policy/policies.ts";
 import type { Action } from "./actions.ts";
 import { compileRoute } from "./route_compile.ts";
 import { type RouteEntry, RouteTable } from "./routes.ts";
@@ -25,6 +27,8 @@ export interface Tenant {
   readonly routeCount: number;
   /** The compiled routes in file order. */
   readonly routeList: readonly RouteEntry<Action>[];
+  /** The tenant's policies (tenant, then globals, then off). */
+  readonly policies: TenantPolicies;
   /** Set for a passthrough tenant: TLS is piped by SNI to these backends, never terminated. */
   readonly passthrough?: {
     readonly backends: readonly { host: string; port: number; target: string }[];
@@ -38,10 +42,16 @@ export class TenantRegistry {
   readonly #byName: ReadonlyMap<string, Tenant>;
   /** Tenants in file order. */
   readonly tenants: readonly Tenant[];
+  /** The `globals.yaml` policies: what requests for unknown hosts get. */
+  readonly globalPolicies: TenantPolicies;
 
-  /** @param tenants compiled tenants whose names are unique */
-  constructor(tenants: readonly Tenant[]) {
+  /**
+   * @param tenants compiled tenants whose names are unique
+   * @param globalPolicies the globals' policies (for unknown hosts)
+   */
+  constructor(tenants: readonly Tenant[], globalPolicies: TenantPolicies = NO_POLICIES) {
     this.tenants = tenants;
+    this.globalPolicies = globalPolicies;
     const byName = new Map<string, Tenant>();
     for (const tenant of tenants) for (const name of tenant.names) byName.set(name, tenant);
     this.#byName = byName;
@@ -61,10 +71,12 @@ export class TenantRegistry {
  */
 export async function loadTenants(dir: string): Promise<TenantRegistry> {
   const { files, problems } = await readTenantFiles(dir);
-  const compiled = await compileTenants(dir, files);
+  const { globals, problems: globalProblems } = await readGlobals(dir);
+  problems.push(...globalProblems);
+  const compiled = await compileTenants(dir, files, globals.policies);
   problems.push(...compiled.problems);
   if (problems.length > 0) throw new ConfigError(problems);
-  return new TenantRegistry(compiled.tenants);
+  return new TenantRegistry(compiled.tenants, compilePolicies(undefined, globals.policies));
 }
 
 /**
@@ -76,6 +88,7 @@ export async function loadTenants(dir: string): Promise<TenantRegistry> {
 export async function compileTenants(
   dir: string,
   files: readonly TenantFile[],
+  globals: PoliciesDocument = {},
 ): Promise<{ tenants: Tenant[]; problems: ConfigProblem[] }> {
   const problems: ConfigProblem[] = [];
   const owners = new Map<string, string>();
@@ -120,6 +133,7 @@ export async function compileTenants(
       routes: new RouteTable(entries),
       routeCount: entries.length,
       routeList: entries,
+      policies: compilePolicies(document.policies, globals),
       passthrough: document.passthrough && {
         backends: document.passthrough.backends.map(splitTarget),
       },
