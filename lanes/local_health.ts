@@ -7,7 +7,7 @@
  */
 import type { EdgeServices } from "../src/edge/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
-import { renderMetrics } from "../src/observe/metrics.ts";
+import { type PolicyFacts, renderMetrics } from "../src/observe/metrics.ts";
 import { failureReply } from "../src/proxy/errors.ts";
 import type { LaneDescriptor } from "../src/server/lane.ts";
 import { jsonReply } from "../src/server/reply.ts";
@@ -91,6 +91,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
             ready: services.state.ready,
             uptimeSeconds: (Date.now() - services.startedAt) / 1000,
           },
+          policyFacts(services),
         );
         return {
           status: 200,
@@ -119,3 +120,15 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
   ],
   drains: false,
 };
+
+/** The policy counters, with evictions summed over the globals' and every tenant's tables. */
+function policyFacts(services: EdgeServices): PolicyFacts {
+  const registry = services.tenants();
+  let rateLimitEvictions = 0;
+  let ttlBlockEvictions = 0;
+  for (const policies of [registry.globalPolicies, ...registry.tenants.map((t) => t.policies)]) {
+    rateLimitEvictions += policies.rateLimit?.limiter.evictions ?? 0;
+    ttlBlockEvictions += policies.ttlBlock?.list.evictions ?? 0;
+  }
+  return { stats: services.policyStats, rateLimitEvictions, ttlBlockEvictions };
+}

@@ -18,6 +18,7 @@ import type { LaneName } from "../ledger/lane.ts";
 import { type Clock, Ledger } from "../ledger/ledger.ts";
 import { ResponseStats } from "../observe/stats.ts";
 import { Egress } from "../egress/egress.ts";
+import { PolicyStats } from "../policy/stats.ts";
 import { egressSettings } from "../egress/settings.ts";
 import { AddressSet } from "../proxy/cidr.ts";
 import { CertStore } from "../tls/certificates.ts";
@@ -121,6 +122,7 @@ export async function startEdge(
     startedAt: Date.now(),
     ledger,
     stats: new ResponseStats(),
+    policyStats: new PolicyStats(),
     state,
     tenants: () => tenants,
     drain: () => drain(),

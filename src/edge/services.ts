@@ -7,6 +7,7 @@
 import type { Egress } from "../egress/egress.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { ResponseStats } from "../observe/stats.ts";
+import type { PolicyStats } from "../policy/stats.ts";
 import type { AddressSet } from "../proxy/cidr.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { TenantRegistry } from "../proxy/tenants.ts";
@@ -27,6 +28,8 @@ export interface EdgeServices {
   readonly startedAt: number;
   readonly ledger: Ledger;
   readonly stats: ResponseStats;
+  /** Policy denials and dry-run would-be denials. */
+  readonly policyStats: PolicyStats;
   readonly state: EdgeState;
   /** The tenant registry in force. */
   tenants(): TenantRegistry;

@@ -8,6 +8,7 @@ import { LANE_NAMES } from "../ledger/lane.ts";
 import { OVERLOAD_KINDS } from "../ledger/overload.ts";
 import type { LedgerSnapshot } from "../ledger/snapshot.ts";
 import type { EgressSnapshot } from "../egress/egress.ts";
+import type { PolicyStats } from "../policy/stats.ts";
 import { type ResponseStats, STATUS_CLASSES } from "./stats.ts";
 
 /** Edge-level facts rendered beside the ledger. */
@@ -18,6 +19,13 @@ export interface EdgeFacts {
   readonly uptimeSeconds: number;
 }
 
+/** The policy phase's counters, and evictions summed over every tenant's bounded tables. */
+export interface PolicyFacts {
+  readonly stats: PolicyStats;
+  readonly rateLimitEvictions: number;
+  readonly ttlBlockEvictions: number;
+}
+
 /**
  * Renders the metrics page.
  *
@@ -25,12 +33,14 @@ export interface EdgeFacts {
  * @param stats the response counters
  * @param egress the egress pool state
  * @param facts version and lifecycle state
+ * @param policy the policy counters
  */
 export function renderMetrics(
   ledger: LedgerSnapshot,
   stats: ResponseStats,
   egress: EgressSnapshot,
   facts: EdgeFacts,
+  policy: PolicyFacts,
 ): string {
   const out: string[] = [];
   const family = (
@@ -218,5 +228,33 @@ export function renderMetrics(
     "",
     egress.retry_budget_refusals,
   ]]);
+  family(
+    "policy_denied_total",
+    "counter",
+    "Requests a live policy answered, by phase.",
+    policy.stats.deniedCounts().map(([phase, n]) => [`{phase="${phase}"}`, n]),
+  );
+  family(
+    "policy_dry_run_total",
+    "counter",
+    "Requests a policy in dry run would have answered, by phase and route.",
+    policy.stats.dryRunCounts().map(([phase, route, n]) => [
+      `{phase="${phase}",route="${escapeLabel(route)}"}`,
+      n,
+    ]),
+  );
+  family("policy_rate_limit_evictions_total", "counter", "Client buckets evicted (LRU).", [[
+    "",
+    policy.rateLimitEvictions,
+  ]]);
+  family("policy_ttl_block_evictions_total", "counter", "Blocked addresses evicted (LRU).", [[
+    "",
+    policy.ttlBlockEvictions,
+  ]]);
   return out.join("\n") + "\n";
+}
+
+/** A label value with `\\`, `"` and newlines escaped (Prometheus text format). */
+function escapeLabel(value: string): string {
+  return value.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
 }

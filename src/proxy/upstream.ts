@@ -12,7 +12,7 @@
  * @module
  */
 import http from "node:http";
-import type { Duplex } from "node:stream";
+import { type Duplex, Transform } from "node:stream";
 import { backoffMs, retryEligible } from "../egress/retry.ts";
 import { DirectConnectError } from "../egress/agents.ts";
 import type { Egress, Way } from "../egress/egress.ts";
@@ -66,6 +66,8 @@ class AttemptFailure extends Error {
  * @param action the route's proxy action
  * @param params the route's path parameters (for rewrites)
  * @param services egress, trusted proxies, clock, log
+ * @param bodyLimit the most request-body bytes forwarded (the caps policy); beyond it the upstream
+ *   exchange is cut off and the client gets a 413
  * @returns the reply that streams the upstream response
  * @throws {GatewayError} classified, after the last permitted attempt
  */
@@ -74,6 +76,7 @@ export async function proxyRequest(
   action: ProxyAction,
   params: Readonly<Record<string, string>>,
   services: UpstreamServices,
+  bodyLimit?: number,
 ): Promise<Reply> {
   const { egress } = services;
   const request = context.request;
@@ -113,7 +116,7 @@ export async function proxyRequest(
       upgrade: context.upgrade !== undefined,
     });
     try {
-      const answer = await sendAttempt(context, backend, way, path, headers, hasBody);
+      const answer = await sendAttempt(context, backend, way, path, headers, hasBody, bodyLimit);
       const latencyMs = services.clock() - started;
       const finish = (ok: boolean) => {
         egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
@@ -209,6 +212,7 @@ function sendAttempt(
   path: string,
   headers: string[],
   hasBody: boolean,
+  bodyLimit: number | undefined,
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
     // Connected once node handed the request a socket that is done connecting (for SOCKS: after
@@ -236,7 +240,7 @@ function sendAttempt(
       settled = true;
       stopWaiting();
       if (error) {
-        if (bodyTaken) context.request.unpipe(upstream);
+        if (bodyTaken) context.request.unpipe();
         upstream.destroy();
         reject(error);
       } else {
@@ -254,11 +258,26 @@ function sendAttempt(
       )
     );
     if (settled) return;
+    // Over the body limit: whatever the upstream got is cut off before it is complete.
+    const tooLarge = () => {
+      if (settled) upstream.destroy();
+      else {
+        settle(
+          new AttemptFailure("payload_too_large", new Error("Request body over the caps limit"), {
+            instanceOk: true,
+            backendOk: true,
+            unsent: false,
+            bodyTaken: true,
+          }),
+        );
+      }
+    };
     if (hasBody) {
       upstream.once("socket", (socket) => {
         const start = () => {
           bodyTaken = true;
-          context.request.pipe(upstream);
+          if (bodyLimit === undefined) context.request.pipe(upstream);
+          else context.request.pipe(capBody(bodyLimit, tooLarge)).pipe(upstream);
         };
         if (socket.connecting) socket.once("connect", start);
         else start();
@@ -273,6 +292,25 @@ function sendAttempt(
       });
     }
     upstream.once("error", (error) => settle(classify(error, connected(), bodyTaken)));
+  });
+}
+
+/**
+ * A pass-through that counts body bytes and calls `over` (forwarding nothing more) once they
+ * exceed `limit`.
+ */
+function capBody(limit: number, over: () => void): Transform {
+  let seen = 0;
+  return new Transform({
+    transform(chunk: Uint8Array, _encoding, callback) {
+      seen += chunk.byteLength;
+      if (seen > limit) {
+        over();
+        callback();
+        return;
+      }
+      callback(null, chunk);
+    },
   });
 }
 
