@@ -78,6 +78,8 @@ const KINDS: ReadonlyMap<string, number> = new Map<string, number>([
     .map((name): [string, number] => [name, HOP]),
   ["proxy-authenticate", HOP],
   ["proxy-authorization", HOP],
+  // Connection-specific by definition (RFC 9113 §3.2.1): never forwarded, named or not.
+  ["http2-settings", HOP],
   ["upgrade", UPGRADE],
   ...["host", "x-real-ip", "forwarded", "x-original-url", "x-rewrite-url"]
     .map((name): [string, number] => [name, REBUILT]),

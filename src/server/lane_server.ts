@@ -187,7 +187,9 @@ export function createLaneServer<S extends LaneServices>(
       return;
     }
     send(reply, requestId, (r, extra) => {
-      if (r.failure === "bad_request" || (drains && services.state.draining)) {
+      // A refused body is left unread on the connection: only closing it is safe.
+      const unread = r.failure === "bad_request" || r.failure === "payload_too_large";
+      if (unread || (drains && services.state.draining)) {
         if (!outlet.multiplexed) extra.connection = "close";
       }
       outlet.send(r, extra);
@@ -242,10 +244,15 @@ export function createLaneServer<S extends LaneServices>(
       const raw = (reply: Reply) =>
         send(reply, requestId, (r, extra) => writeRawReply(socket, r, extra, () => {}));
       if (drains && services.state.draining) return raw(failureReply("draining", requestId));
+      // h2c is never switched to: through a gateway it would open an HTTP/2 connection to the
+      // backend that no routing or policy sees. Such a request is served as plain HTTP/1.1 (its
+      // Upgrade dropped), unless it has a body, which the parser left unread on the socket.
+      const h2c = offersH2c(request.headers.upgrade);
+      if (h2c && carriesBody(request.headers)) return raw(failureReply("bad_request", requestId));
       const admission = ledger.admit(name, budgetOf(request));
       if (!(admission instanceof Reservation)) return raw(overloadReply(admission, requestId));
       const outlet = socketOutlet(socket, admission);
-      serveAdmitted(request, outlet, admission, requestId, { socket, head });
+      serveAdmitted(request, outlet, admission, requestId, h2c ? undefined : { socket, head });
     });
   }
 
@@ -284,4 +291,16 @@ export function createLaneServer<S extends LaneServices>(
   }
 
   return substrate;
+}
+
+/** True when an Upgrade field offers `h2c` (in any case, among other protocols or alone). */
+function offersH2c(upgrade: string | undefined): boolean {
+  return upgrade !== undefined &&
+    upgrade.split(",").some((token) => token.trim().toLowerCase().split("/")[0] === "h2c");
+}
+
+/** True when a request head announces a body (chunked, or a non-zero Content-Length). */
+function carriesBody(headers: http.IncomingHttpHeaders): boolean {
+  const length = headers["content-length"];
+  return headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
 }
