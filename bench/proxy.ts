@@ -1,11 +1,13 @@
 /**
  * The proxy benchmark: the full chain (public lane → ledger → routing → header hygiene → SOCKS →
  * upstream) against a minimal Deno proxy through the same microsocks and the same nginx upstream.
- * Cases are interleaved, each run `BENCH_RUNS` times; prints rps, p50, p99 and the ratio; then
- * 1 MiB bodies, and the gateway's RSS growth while a 1 GiB body streams down and up.
+ * A second gateway runs the same chain with every tenant policy on (rate limit, caps, WAF,
+ * blocklist rules, TTL blocklist, security headers), so the policy phase's cost is read off the
+ * same run. Cases are interleaved, each run `BENCH_RUNS` times; prints rps, p50, p99 and the
+ * ratio; then 1 MiB bodies, and the gateway's RSS growth while a 1 GiB body streams down and up.
  *
  * Needs `wrk`, `nginx` and `microsocks` (Debian: apt-get install -y wrk nginx microsocks).
- * Usage: deno task bench:proxy
+ * Usage: deno task bench:proxy (`BENCH_ONLY=policies` for the policy cost alone, 7 runs)
  *
  * @module
  */
@@ -23,11 +25,31 @@ import {
   type WrkResult,
 } from "./lib.ts";
 
-const RUNS = Number(Deno.env.get("BENCH_RUNS") ?? 3);
+/** `policies`: only plain vs every-policy-on, 64 B responses, more runs (the policy cost). */
+const ONLY = Deno.env.get("BENCH_ONLY");
+const RUNS = Number(Deno.env.get("BENCH_RUNS") ?? (ONLY === "policies" ? 7 : 3));
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
 const BODY_64 = "x".repeat(64);
 /** A small young generation: external buffers are freed sooner while bodies stream. */
 const SMALL_YOUNG = "--max-semi-space-size=1";
+const PLAIN_CASE = "portcullis via microsocks";
+const POLICIES_CASE = "portcullis via microsocks, every policy on";
+
+/** Every policy on, with limits the benchmark's one client never reaches. */
+const EVERY_POLICY = {
+  rate_limit: { per_second: 1_000_000, burst: 1_000_000 },
+  caps: {},
+  waf: { headers: ["user-agent", "referer", "cookie"] },
+  blocklist: {
+    rules: [
+      { name: "admin", path: "^/(admin|wp-admin|phpmyadmin)", action: "404" },
+      { name: "scanner", header: { name: "user-agent", pattern: "sqlmap|nikto|masscan" } },
+    ],
+    block_after: 10,
+  },
+  ttl_block: {},
+  security_headers: {},
+};
 
 async function main() {
   const missing = [];
@@ -85,9 +107,13 @@ async function main() {
         },
       ],
     }];
-    const start = async (name: string, v8: string[]) => {
+    const start = async (
+      name: string,
+      v8: string[],
+      served: Record<string, unknown>[] = tenants,
+    ) => {
       const at = { ...ports, gateway: freePort(), local: freePort() };
-      const flags = await writeGateway(`${dir}/${name}`, gatewayConfig(at), tenants);
+      const flags = await writeGateway(`${dir}/${name}`, gatewayConfig(at), served);
       const child = await spawnReady(Deno.execPath(), [
         "run",
         "--no-prompt",
@@ -102,6 +128,7 @@ async function main() {
     };
     const plain = await start("default", []);
     const small = await start("semi1", [`--v8-flags=${SMALL_YOUNG}`]);
+    const guarded = await start("policies", [], [{ ...tenants[0], policies: EVERY_POLICY }]);
     children.push(
       await spawnReady(Deno.execPath(), [
         "run",
@@ -119,10 +146,16 @@ async function main() {
 
     const cases = [
       { name: "minimal Deno proxy via microsocks", url: `http://127.0.0.1:${ports.minimal}` },
-      { name: "portcullis via microsocks", url: `http://127.0.0.1:${plain.port}` },
+      { name: PLAIN_CASE, url: `http://127.0.0.1:${plain.port}` },
       { name: `portcullis via microsocks, ${SMALL_YOUNG}`, url: `http://127.0.0.1:${small.port}` },
+      { name: POLICIES_CASE, url: `http://127.0.0.1:${guarded.port}` },
     ];
     const headers = ["Host: bench.test"];
+    if (ONLY === "policies") {
+      const pair = cases.filter((c) => c.name === PLAIN_CASE || c.name === POLICIES_CASE);
+      await table("64 B responses", pair, headers, "/small", "rps");
+      return;
+    }
     await table("64 B responses", cases, headers, "/small", "rps");
     await table("1 MiB responses", cases, headers, "/big", "mbps");
 
@@ -177,6 +210,17 @@ async function table(
           median(rows.map((r) => r.p99)).toFixed(2)
         } | ` +
         `${rows.reduce((s, r) => s + r.non2xx, 0)} | ${(median(values) / base).toFixed(2)} |`,
+    );
+  }
+  const off = results.get(PLAIN_CASE);
+  const on = results.get(POLICIES_CASE);
+  if (off && on) {
+    const ratio = median(on.map((r) => r[metric])) / median(off.map((r) => r[metric]));
+    // Per run too: the runs are interleaved, so pairs share the machine's state.
+    const pairs = on.map((r, i) => (r[metric] / off[i][metric]).toFixed(3)).join(", ");
+    console.log(
+      `\npolicies on / off: ${ratio.toFixed(3)} (cost ${((1 - ratio) * 100).toFixed(1)} %; ` +
+        `per run ${pairs})`,
     );
   }
 }
