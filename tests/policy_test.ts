@@ -117,18 +117,35 @@ Deno.test("dry run: the tenant's traffic is served while the counter moves", asy
   });
 });
 
+Deno.test("dry run: a WAF in dry run forwards the attack it names in the log", async () => {
+  await withProxyEdge({ policies: { waf: { mode: "dry_run" } } }, async (p) => {
+    const response = await p.send({ path: "/api/items?id=1%20UNION%20SELECT%20pw%20FROM%20users" });
+    assert.equal(response.status, 200);
+    assert.equal(p.upstream.seen.length, 1);
+    assert.equal(await metric(p, 'portcullis_policy_dry_run_total{phase="waf",route="api"}'), 1);
+    const line = p.t.lines.find((l) => l.includes('"policy_dry_run"'));
+    assert.equal(JSON.parse(line ?? "{}").reason, "sql_injection in query (sqli.union_select)");
+  });
+});
+
 Deno.test("dry run: a live deny wins over a dry one", async () => {
   await withProxyEdge({
     policies: {
-      waf: { mode: "dry_run" },
+      rate_limit: { mode: "dry_run", per_second: 0.1, burst: 1 },
       blocklist: { rules: [{ name: "no-admin", path: "^/api/admin", action: "404" }] },
     },
   }, async (p) => {
-    const response = await p.send({ path: "/api/admin?id=1%20UNION%20SELECT%20pw%20FROM%20users" });
+    failure(await p.send({ path: "/api/admin" }), 404, "no_route");
+    // The rate limit would refuse this one (dry), and the blocklist does (live): 404, not 429.
+    const response = await p.send({ path: "/api/admin" });
     failure(response, 404, "no_route");
+    assert.equal(response.headers["retry-after"], undefined);
     assert.equal(p.upstream.heads.length, 0);
-    assert.equal(await metric(p, 'portcullis_policy_dry_run_total{phase="waf",route="api"}'), 1);
-    assert.equal(await metric(p, 'portcullis_policy_denied_total{phase="blocklist"}'), 1);
+    assert.equal(
+      await metric(p, 'portcullis_policy_dry_run_total{phase="rate_limit",route="api"}'),
+      1,
+    );
+    assert.equal(await metric(p, 'portcullis_policy_denied_total{phase="blocklist"}'), 2);
   });
 });
 

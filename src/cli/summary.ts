@@ -6,6 +6,7 @@
 import { formatFlags } from "../boot/flags.ts";
 import { formatAddress } from "../config/load.ts";
 import type { EdgePlan } from "../edge/plan.ts";
+import { describePolicies } from "../policy/policies.ts";
 
 /**
  * Renders a plan as a few lines: node, lanes with listeners and allowlists, ledger partition,
@@ -47,6 +48,13 @@ export function summarizePlan<S>(plan: EdgePlan<S>): string {
   lines.push(
     `  tenants: ${plan.tenants.tenants.length} (${routes} routes) in ${config.tenantsDir}`,
   );
+  const list = (names: string[]) => names.length > 0 ? names.join(", ") : "none";
+  lines.push(
+    `    policies for unknown hosts: ${list(describePolicies(plan.tenants.globalPolicies))}`,
+  );
+  for (const tenant of plan.tenants.tenants) {
+    lines.push(`    ${tenant.host}: policies ${list(describePolicies(tenant.policies))}`);
+  }
   lines.push(`  flags: ${formatFlags(plan.grants)}`);
   return lines.join("\n");
 }

@@ -1,7 +1,8 @@
 /**
- * The policy phase of the public dataplane, in order: TTL blocklist, caps, WAF, blocklist rules,
- * per-client rate limit. Each policy that is on may answer the request itself; a policy in dry run
- * evaluates the same way, logs one structured line, counts
+ * The policy phase of the public dataplane, cheapest first: TTL blocklist, caps, per-client rate
+ * limit, blocklist rules, WAF (so a flood from one client is refused before the WAF's decoding
+ * and matching run for it). Each policy that is on may answer the request itself; a policy in dry
+ * run evaluates the same way, logs one structured line, counts
  * `portcullis_policy_dry_run_total{phase,route}` and lets the request through — so a live deny
  * always wins over a dry one. The rate limit adds its headers to the response whether it denies or
  * not (IETF RateLimit fields and the `X-RateLimit-*` spelling).
@@ -93,45 +94,6 @@ export function checkPolicies(
     if (reply) return reply;
   }
 
-  const waf = policies.waf;
-  if (waf) {
-    const head = context.head;
-    const finding = inspect({
-      path: head.path,
-      query: head.query,
-      header: (name) => headerOf(context, name),
-    }, waf.options);
-    if (finding) {
-      const reason = `${finding.detection} in ${finding.location} (${finding.rule})`;
-      const reply = verdict("waf", failureReply("blocked", context.requestId), reason, waf.mode);
-      if (reply) return reply;
-    }
-  }
-
-  const blocklist = policies.blocklist;
-  if (blocklist) {
-    for (const rule of blocklist.rules) {
-      if (rule.path && !rule.path.test(context.head.path)) continue;
-      if (rule.header) {
-        const value = headerOf(context, rule.header.name);
-        if (value === undefined || !rule.header.pattern.test(value)) continue;
-      }
-      if (blocklist.blockAfter > 0 && ttl && blocklist.mode === "on") {
-        if (blocklist.matches.count(clientOf(), now) >= blocklist.blockAfter) {
-          ttl.list.block(clientOf(), now);
-        }
-      }
-      const reply = verdict(
-        "blocklist",
-        blockReply(rule.action, context),
-        `rule ${rule.name}`,
-        blocklist.mode,
-      );
-      if (reply) return reply;
-      break;
-    }
-  }
-
   const rate = policies.rateLimit;
   if (rate) {
     const decision = rate.limiter.take(`${tenantKey}\n${clientOf()}`, now);
@@ -166,6 +128,45 @@ export function checkPolicies(
         `${decision.denialsInARow} denied in a row`,
         rate.mode,
       );
+      if (reply) return reply;
+    }
+  }
+
+  const blocklist = policies.blocklist;
+  if (blocklist) {
+    for (const rule of blocklist.rules) {
+      if (rule.path && !rule.path.test(context.head.path)) continue;
+      if (rule.header) {
+        const value = headerOf(context, rule.header.name);
+        if (value === undefined || !rule.header.pattern.test(value)) continue;
+      }
+      if (blocklist.blockAfter > 0 && ttl && blocklist.mode === "on") {
+        if (blocklist.matches.count(clientOf(), now) >= blocklist.blockAfter) {
+          ttl.list.block(clientOf(), now);
+        }
+      }
+      const reply = verdict(
+        "blocklist",
+        blockReply(rule.action, context),
+        `rule ${rule.name}`,
+        blocklist.mode,
+      );
+      if (reply) return reply;
+      break;
+    }
+  }
+
+  const waf = policies.waf;
+  if (waf) {
+    const head = context.head;
+    const finding = inspect({
+      path: head.path,
+      query: head.query,
+      header: (name) => headerOf(context, name),
+    }, waf.options);
+    if (finding) {
+      const reason = `${finding.detection} in ${finding.location} (${finding.rule})`;
+      const reply = verdict("waf", failureReply("blocked", context.requestId), reason, waf.mode);
       if (reply) return reply;
     }
   }

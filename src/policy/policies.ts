@@ -161,3 +161,29 @@ function compileSecurityHeaders(
   for (let i = 0; i < add.length; i += 2) remove.add(add[i]);
   return { mode: policy.mode, add, remove };
 }
+
+/**
+ * The policies in force, by config name, in evaluation order (`waf (dry run)` for one in dry run);
+ * empty when every policy is off.
+ *
+ * @example
+ * ```ts
+ * import { compilePolicies, describePolicies } from "./policies.ts";
+ * const policies = compilePolicies({ waf: { mode: "dry_run", sqli: true, xss: true,
+ *   traversal: true, headers: [] } }, {});
+ * describePolicies(policies); // ["waf (dry run)"]
+ * ```
+ */
+export function describePolicies(policies: TenantPolicies): string[] {
+  const named: [string, { mode: PolicyMode } | undefined][] = [
+    ["ttl_block", policies.ttlBlock],
+    ["caps", policies.caps],
+    ["waf", policies.waf],
+    ["blocklist", policies.blocklist],
+    ["rate_limit", policies.rateLimit],
+    ["security_headers", policies.securityHeaders],
+  ];
+  return named.filter(([, policy]) => policy !== undefined).map(([name, policy]) =>
+    policy!.mode === "dry_run" ? `${name} (dry run)` : name
+  );
+}

@@ -6,7 +6,7 @@
  *    `globals.yaml` policies still run first: unrouted traffic is not exempt);
  * 2. a disabled tenant answers with its block response;
  * 3. match a route (path, methods, host, headers, query, cookies);
- * 4. the tenant's policies: TTL blocklist, caps, WAF, blocklist rules, per-client rate limit;
+ * 4. the tenant's policies: TTL blocklist, caps, per-client rate limit, blocklist rules, WAF;
  * 5. no route is a 404 envelope; a route under maintenance is 503 with `Retry-After`; a route
  *    below priority 8 is shed (503) when it holds one of the public lane's priority-reserve slots;
  * 6. run the route's action: respond, redirect, or proxy (header hygiene, egress, streaming with
