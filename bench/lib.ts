@@ -17,6 +17,8 @@ export interface WrkResult {
   /** Transfer per second in MB (10^6 bytes). */
   readonly mbps: number;
   readonly non2xx: number;
+  /** Requests completed in the run. */
+  readonly requests: number;
 }
 
 /** A free loopback port (bound once, then released). */
@@ -126,8 +128,9 @@ export async function wrk(
   const unit = { B: 1e-6, KB: 1.024e-3, MB: 1.048576, GB: 1073.741824 } as const;
   const mbps = transfer ? Number(transfer[1]) * unit[transfer[2] as keyof typeof unit] : NaN;
   const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(text)?.[1] ?? 0);
+  const requests = Number(/(\d+) requests in/.exec(text)?.[1]);
   if (!Number.isFinite(rps)) throw new Error(`wrk output not understood:\n${text}`);
-  return { rps, p50: ms("50"), p99: ms("99"), mbps, non2xx };
+  return { rps, p50: ms("50"), p99: ms("99"), mbps, non2xx, requests };
 }
 
 /** The median of a list. */
@@ -163,6 +166,20 @@ export async function writeGateway(
   }).output();
   if (out.code !== 0) throw new Error(new TextDecoder().decode(out.stderr));
   return new TextDecoder().decode(out.stdout).trim().split(" ");
+}
+
+/**
+ * CPU seconds (user + system) a process has used so far, from `/proc/<pid>/stat` (Linux; clock
+ * ticks of 1/100 s), read with `cat` since Deno wants full access for /proc. Per-request CPU is
+ * steadier than requests per second on a shared machine.
+ */
+export async function cpuSecondsOf(pid: number): Promise<number> {
+  const out = await new Deno.Command("cat", { args: [`/proc/${pid}/stat`], stdout: "piped" })
+    .output();
+  const stat = new TextDecoder().decode(out.stdout);
+  // Fields after the command name (which may hold spaces) start at field 3 (state).
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 /** A process's resident set size in bytes (`ps`; Deno needs full access to read /proc). */

@@ -13,6 +13,7 @@
  */
 import http from "node:http";
 import {
+  cpuSecondsOf,
   freePort,
   has,
   median,
@@ -146,9 +147,13 @@ async function main() {
 
     const cases = [
       { name: "minimal Deno proxy via microsocks", url: `http://127.0.0.1:${ports.minimal}` },
-      { name: PLAIN_CASE, url: `http://127.0.0.1:${plain.port}` },
-      { name: `portcullis via microsocks, ${SMALL_YOUNG}`, url: `http://127.0.0.1:${small.port}` },
-      { name: POLICIES_CASE, url: `http://127.0.0.1:${guarded.port}` },
+      { name: PLAIN_CASE, url: `http://127.0.0.1:${plain.port}`, pid: plain.child.pid },
+      {
+        name: `portcullis via microsocks, ${SMALL_YOUNG}`,
+        url: `http://127.0.0.1:${small.port}`,
+        pid: small.child.pid,
+      },
+      { name: POLICIES_CASE, url: `http://127.0.0.1:${guarded.port}`, pid: guarded.child.pid },
     ];
     const headers = ["Host: bench.test"];
     if (ONLY === "policies") {
@@ -176,20 +181,36 @@ async function main() {
   }
 }
 
+/** One benchmark case: a URL, and the gateway process to charge CPU to (none for the baseline). */
+interface Case {
+  readonly name: string;
+  readonly url: string;
+  readonly pid?: number;
+}
+
+/** A wrk run, with the gateway's CPU per request when the case has a process. */
+interface Run extends WrkResult {
+  readonly cpuUs?: number;
+}
+
 async function table(
   title: string,
-  cases: { name: string; url: string }[],
+  cases: readonly Case[],
   headers: string[],
   path: string,
   metric: "rps" | "mbps",
 ) {
   const connections = metric === "rps" ? 64 : 16;
-  const results = new Map<string, WrkResult[]>();
+  const results = new Map<string, Run[]>();
   for (const c of cases) await wrk(c.url + path, { seconds: 1, connections, headers }); // warm up
   for (let run = 0; run < RUNS; run++) {
     for (const c of cases) {
+      const before = c.pid ? await cpuSecondsOf(c.pid) : 0;
       const result = await wrk(c.url + path, { seconds: SECONDS, connections, headers });
-      results.set(c.name, [...(results.get(c.name) ?? []), result]);
+      const cpuUs = c.pid
+        ? ((await cpuSecondsOf(c.pid)) - before) * 1e6 / result.requests
+        : undefined;
+      results.set(c.name, [...(results.get(c.name) ?? []), { ...result, cpuUs }]);
     }
   }
   const base = median(results.get(cases[0].name)!.map((r) => r[metric]));
@@ -197,19 +218,24 @@ async function table(
     `\n${title}: wrk -t2 -c${connections} -d${SECONDS}s, ${RUNS} interleaved runs, medians\n`,
   );
   console.log(
-    `| case | ${metric === "rps" ? "rps" : "MB/s"} | min-max | p50 ms | p99 ms | non-2xx | ratio |`,
+    `| case | ${
+      metric === "rps" ? "rps" : "MB/s"
+    } | min-max | p50 ms | p99 ms | non-2xx | ratio | ` +
+      "gateway CPU µs/req |",
   );
-  console.log("|---|---|---|---|---|---|---|");
+  console.log("|---|---|---|---|---|---|---|---|");
   for (const c of cases) {
     const rows = results.get(c.name)!;
     const values = rows.map((r) => r[metric]);
+    const cpu = c.pid ? median(rows.map((r) => r.cpuUs!)).toFixed(0) : "-";
     console.log(
       `| ${c.name} | ${median(values).toFixed(metric === "rps" ? 0 : 1)} | ` +
         `${Math.min(...values).toFixed(0)}-${Math.max(...values).toFixed(0)} | ` +
         `${median(rows.map((r) => r.p50)).toFixed(2)} | ${
           median(rows.map((r) => r.p99)).toFixed(2)
         } | ` +
-        `${rows.reduce((s, r) => s + r.non2xx, 0)} | ${(median(values) / base).toFixed(2)} |`,
+        `${rows.reduce((s, r) => s + r.non2xx, 0)} | ${(median(values) / base).toFixed(2)} | ` +
+        `${cpu} |`,
     );
   }
   const off = results.get(PLAIN_CASE);
@@ -218,9 +244,12 @@ async function table(
     const ratio = median(on.map((r) => r[metric])) / median(off.map((r) => r[metric]));
     // Per run too: the runs are interleaved, so pairs share the machine's state.
     const pairs = on.map((r, i) => (r[metric] / off[i][metric]).toFixed(3)).join(", ");
+    const cpuOff = median(off.map((r) => r.cpuUs!));
+    const cpuOn = median(on.map((r) => r.cpuUs!));
     console.log(
-      `\npolicies on / off: ${ratio.toFixed(3)} (cost ${((1 - ratio) * 100).toFixed(1)} %; ` +
-        `per run ${pairs})`,
+      `\npolicies on / off: throughput ${ratio.toFixed(3)} (per run ${pairs}); ` +
+        `gateway CPU per request ${cpuOn.toFixed(0)} vs ${cpuOff.toFixed(0)} µs ` +
+        `(+${((cpuOn / cpuOff - 1) * 100).toFixed(1)} %)`,
     );
   }
 }

@@ -375,3 +375,26 @@ Deno.test("priority shedding: low priority is shed from the reserved top slots, 
     assert.deepEqual(p.upstream.heads.filter((h) => h === "GET /echo").length, 1);
   });
 });
+
+Deno.test("security and rate headers ride on the deadline's 504 and on upstream failures", async () => {
+  await withProxyEdge({
+    policies: { security_headers: {}, rate_limit: { per_second: 10, burst: 10 } },
+    edit: (config) => config.ledger.lanes.public.deadline_ms = 500,
+    routes: (site) => [apiRoute(site), {
+      name: "dead",
+      match: { prefix: "/dead/" },
+      proxy: { backends: [{ url: "http://127.0.0.1:1" }] },
+    }],
+    egress: () => ({ direct: ["127.0.0.1:1"] }),
+  }, async (p) => {
+    const slow = await p.send({ path: "/api/slow/2000" });
+    failure(slow, 504, "upstream_timeout");
+    assert.equal(slow.headers["x-frame-options"], "DENY");
+    assert.equal(slow.headers["ratelimit-limit"], "10");
+    const dead = await p.send({ path: "/dead/x" });
+    failure(dead, 502, "upstream_unreachable");
+    assert.equal(dead.headers["x-content-type-options"], "nosniff");
+    // Half a second passed since the first request: its token may be back.
+    assert.ok(["8", "9"].includes(dead.headers["ratelimit-remaining"]));
+  });
+});

@@ -39,7 +39,6 @@ export interface PolicyTrail {
  *
  * @param context the admitted request
  * @param policies the tenant's (or the globals') compiled policies
- * @param tenantKey the rate-limit key prefix (the tenant host, "" for unknown hosts)
  * @param route the matched route's name, or "-" (unrouted traffic is not exempt)
  * @param services clock, trusted proxies, log, counters
  * @param trail collects response headers and the body limit
@@ -48,7 +47,6 @@ export interface PolicyTrail {
 export function checkPolicies(
   context: RequestContext,
   policies: TenantPolicies,
-  tenantKey: string,
   route: string,
   services: PolicyServices,
   trail: PolicyTrail,
@@ -96,7 +94,8 @@ export function checkPolicies(
 
   const rate = policies.rateLimit;
   if (rate) {
-    const decision = rate.limiter.take(`${tenantKey}\n${clientOf()}`, now);
+    // Each tenant (and the globals, for unknown hosts) has its own limiter: the client is the key.
+    const decision = rate.limiter.take(clientOf(), now);
     const resetS = decision.resetS;
     if (rate.mode === "on") {
       trail.headers.push(
@@ -248,13 +247,13 @@ export function decorate(reply: Reply, trail: PolicyTrail, remove: ReadonlySet<s
     return reply;
   }
   if (reply.rawHeaders) {
-    const kept: string[] = [];
     const raw = reply.rawHeaders;
+    const out: string[] = [];
     for (let i = 0; i < raw.length; i += 2) {
-      const name = raw[i].toLowerCase();
-      if (!remove.has(name)) kept.push(raw[i], raw[i + 1]);
+      if (remove.size === 0 || !remove.has(raw[i].toLowerCase())) out.push(raw[i], raw[i + 1]);
     }
-    return { ...reply, rawHeaders: [...kept, ...trail.headers] };
+    for (let i = 0; i < trail.headers.length; i++) out.push(trail.headers[i]);
+    return { ...reply, rawHeaders: out };
   }
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(reply.headers ?? {})) {

@@ -180,6 +180,18 @@ const DETECTORS: readonly Detector[] = Object.freeze([
   detector("xss", "xss", XSS),
 ]);
 
+/** The detectors an options object turns on, worked out once per options object. */
+const CHOSEN = new WeakMap<WafOptions, readonly Detector[]>();
+
+function detectorsFor(options: WafOptions): readonly Detector[] {
+  let chosen = CHOSEN.get(options);
+  if (!chosen) {
+    chosen = DETECTORS.filter((detector) => options[detector.option]);
+    CHOSEN.set(options, chosen);
+  }
+  return chosen;
+}
+
 /** A detection with its rules and their alternation. */
 function detector(
   detection: WafDetection,
@@ -213,7 +225,7 @@ function detector(
  * ```
  */
 export function inspect(request: WafRequest, options: WafOptions): WafFinding | undefined {
-  const detectors = DETECTORS.filter((detector) => options[detector.option]);
+  const detectors = detectorsFor(options);
   if (detectors.length === 0) return undefined;
   return inspectText(request.path, "path", false, detectors) ??
     inspectQuery(request.query, detectors) ??

@@ -23,7 +23,7 @@ import type { TenantPolicies } from "../policy/policies.ts";
 import type { RequestContext } from "../server/lane.ts";
 import type { Reply } from "../server/reply.ts";
 import { runAction } from "./actions.ts";
-import { failureReply, GatewayError } from "./errors.ts";
+import { failureReply } from "./errors.ts";
 import type { RequestFacts, RouteMatch } from "./routes.ts";
 import type { Action } from "./actions.ts";
 import type { Tenant, TenantRegistry } from "./tenants.ts";
@@ -56,13 +56,10 @@ export function serveTenant(
   if (!policies.any) return serveRouted(context, tenant, services);
   const trail: PolicyTrail = { headers: [] };
   securityHeaders(policies, trail, services);
-  const finish = (reply: Reply) => decorate(reply, trail, policies.strip);
-  const outcome = serveRouted(context, tenant, services, { policies, trail });
-  if (!(outcome instanceof Promise)) return finish(outcome);
-  return outcome.then(finish, (error) => {
-    if (error instanceof GatewayError) return finish(failureReply(error.kind, context.requestId));
-    throw error;
-  });
+  // Whatever reply goes out — this phase's, an upstream's, a failure or the deadline's — carries
+  // the trail's headers; the lane server applies it.
+  context.finishReply = (reply) => decorate(reply, trail, policies.strip);
+  return serveRouted(context, tenant, services, { policies, trail });
 }
 
 /** The tenant the request names, or undefined when the gateway must answer 421. */
@@ -91,9 +88,8 @@ function serveRouted(
     requestFacts(context),
   );
   if (policy) {
-    const key = tenant?.host ?? "";
     const name = match?.route.name ?? "-";
-    const denied = checkPolicies(context, policy.policies, key, name, services, policy.trail);
+    const denied = checkPolicies(context, policy.policies, name, services, policy.trail);
     if (denied) return denied;
   }
   if (!tenant) return failureReply("misdirected_request", requestId);

@@ -11,6 +11,7 @@ import type { LaneName } from "../ledger/lane.ts";
 import type { Reservation } from "../ledger/reservation.ts";
 import type { FailureKind } from "../proxy/errors.ts";
 import type { RequestContext } from "./lane.ts";
+import type { Reply } from "./reply.ts";
 import type { RequestHead } from "./request_head.ts";
 
 /** A request that holds a reservation. */
@@ -25,12 +26,13 @@ export class AdmittedRequest implements RequestContext {
   readonly request: IncomingMessage;
   readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
   timeoutKind: FailureKind = "deadline_exceeded";
+  finishReply?: (reply: Reply) => Reply;
   aborted = false;
   #listeners?: Set<() => void>;
 
   /** @param fields everything but the abort state */
   constructor(
-    fields: Omit<RequestContext, "aborted" | "onAbort" | "timeoutKind">,
+    fields: Omit<RequestContext, "aborted" | "onAbort" | "timeoutKind" | "finishReply">,
   ) {
     this.lane = fields.lane;
     this.head = fields.head;

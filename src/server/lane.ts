@@ -36,6 +36,11 @@ export interface RequestContext {
   onAbort(listener: () => void): () => void;
   /** What the deadline answers with; a phase waiting on an upstream sets `upstream_timeout`. */
   timeoutKind: FailureKind;
+  /**
+   * Set by a phase whose headers every reply must carry (the tenant policies): the lane server
+   * applies it to the reply it finally sends — the handler's, a failure, or the deadline's.
+   */
+  finishReply?: (reply: Reply) => Reply;
   /** Present on an `Upgrade` request: the client socket and the bytes read past the head. */
   readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
 }

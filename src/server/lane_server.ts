@@ -161,11 +161,17 @@ export function createLaneServer<S extends LaneServices>(
       outcome = errorReply(error, requestId);
     }
     if (outcome instanceof Promise) awaitReply(outcome, outlet, context);
-    else deliver(outlet, outcome, ticket, requestId);
+    else deliver(outlet, outcome, ticket, requestId, context);
   }
 
   /** Sends a reply unless the deadline passed first, counting what was sent. */
-  function deliver(outlet: Outlet, reply: Reply, ticket: Reservation, requestId: string): void {
+  function deliver(
+    outlet: Outlet,
+    reply: Reply,
+    ticket: Reservation,
+    requestId: string,
+    context?: AdmittedRequest,
+  ): void {
     if (outlet.spent) {
       reply.stream?.cancel();
       reply.tunnel?.socket.destroy();
@@ -180,6 +186,7 @@ export function createLaneServer<S extends LaneServices>(
     if (reply.failure === "route_not_allowed" || reply.failure === "no_route") {
       ledger.denyRoute(name);
     }
+    if (context?.finishReply) reply = context.finishReply(reply);
     if (reply.withhold) {
       stats.withheld(name);
       if (reply.withhold === "drop") outlet.destroy();
@@ -202,11 +209,12 @@ export function createLaneServer<S extends LaneServices>(
     pending.then(
       (reply) => {
         unwatch();
-        deliver(outlet, reply, context.ticket, context.requestId);
+        deliver(outlet, reply, context.ticket, context.requestId, context);
       },
       (error) => {
         unwatch();
-        deliver(outlet, errorReply(error, context.requestId), context.ticket, context.requestId);
+        const reply = errorReply(error, context.requestId);
+        deliver(outlet, reply, context.ticket, context.requestId, context);
       },
     );
   }
@@ -217,7 +225,8 @@ export function createLaneServer<S extends LaneServices>(
     if (outlet.spent || !ticket.live) return;
     context.abort();
     ledger.expire(ticket);
-    send(failureReply(context.timeoutKind, requestId), requestId, (r, extra) => {
+    const reply = failureReply(context.timeoutKind, requestId);
+    send(context.finishReply?.(reply) ?? reply, requestId, (r, extra) => {
       outlet.send(r, extra);
     });
   }
