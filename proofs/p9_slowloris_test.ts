@@ -6,35 +6,12 @@
  */
 import assert from "node:assert/strict";
 import { freePorts, Gateway, proofConfig, writeConfig } from "../tests/fixtures/gateway.ts";
-import { renderRequest, writeAll } from "../tests/fixtures/http_client.ts";
+import { readUntilClosed, renderRequest, writeAll } from "../tests/fixtures/http_client.ts";
 
 const HEADER_MS = 1000;
 const IDLE_MS = 1500;
 /** Generous bound: the timeouts plus the server's checking interval and scheduling slack. */
 const CLOSED_WITHIN_MS = 6000;
-
-/** Reads until the peer closes; returns what arrived and after how long. */
-async function readUntilClosed(
-  conn: Deno.Conn,
-  limitMs: number,
-): Promise<{ text: string; ms: number }> {
-  const started = performance.now();
-  const timer = setTimeout(() => conn.close(), limitMs);
-  const buffer = new Uint8Array(4096);
-  let text = "";
-  try {
-    for (;;) {
-      const n = await conn.read(buffer);
-      if (n === null) break;
-      text += new TextDecoder().decode(buffer.subarray(0, n));
-    }
-  } catch { /* closed by the timer: reported as the limit */ }
-  clearTimeout(timer);
-  try {
-    conn.close();
-  } catch { /* already closed */ }
-  return { text, ms: performance.now() - started };
-}
 
 Deno.test("slowloris proof: slow heads, silent and idle connections are closed", async () => {
   const [publicPort, localPort, providerPort] = freePorts(3);

@@ -10,7 +10,7 @@
  * @module
  */
 import type { AddressSet } from "../proxy/cidr.ts";
-import { failureReply } from "../proxy/errors.ts";
+import { type FailureKind, failureReply } from "../proxy/errors.ts";
 import { effectiveClient } from "../proxy/hygiene.ts";
 import type { RequestContext } from "../server/lane.ts";
 import type { Reply } from "../server/reply.ts";
@@ -185,43 +185,30 @@ function checkCaps(
   trail: PolicyTrail,
   verdict: Verdict,
 ): Reply | undefined {
-  const raw = context.request.rawHeaders;
-  const id = context.requestId;
-  if (raw.length / 2 > caps.maxHeaders) {
-    const reply = verdict(
-      "caps",
-      failureReply("header_fields_too_large", id),
-      "header count",
-      caps.mode,
-    );
-    if (reply) return reply;
-  }
-  let bytes = 0;
-  for (let i = 0; i < raw.length; i++) bytes += raw[i].length + 2;
-  if (bytes > caps.maxHeaderBytes) {
-    const reply = verdict(
-      "caps",
-      failureReply("header_fields_too_large", id),
-      "header bytes",
-      caps.mode,
-    );
-    if (reply) return reply;
-  }
-  if (context.head.path.length + context.head.query.length > caps.maxUrlBytes) {
-    const reply = verdict("caps", failureReply("uri_too_long", id), "target length", caps.mode);
-    if (reply) return reply;
-  }
-  const length = Number(context.headers["content-length"] ?? 0);
-  if (length > caps.maxBodyBytes) {
-    const reply = verdict(
-      "caps",
-      failureReply("payload_too_large", id),
-      "declared body",
-      caps.mode,
-    );
+  const over = capExceeded(context, caps);
+  if (over) {
+    const reply = verdict("caps", failureReply(over[0], context.requestId), over[1], caps.mode);
     if (reply) return reply;
   }
   if (caps.mode === "on") trail.maxBodyBytes = caps.maxBodyBytes;
+  return undefined;
+}
+
+/** The first cap the request's head exceeds: the failure and the reason, or undefined. */
+function capExceeded(
+  context: RequestContext,
+  caps: NonNullable<TenantPolicies["caps"]>,
+): [FailureKind, string] | undefined {
+  const raw = context.request.rawHeaders;
+  if (raw.length / 2 > caps.maxHeaders) return ["header_fields_too_large", "header count"];
+  let bytes = 0;
+  for (let i = 0; i < raw.length; i++) bytes += raw[i].length + 2;
+  if (bytes > caps.maxHeaderBytes) return ["header_fields_too_large", "header bytes"];
+  if (context.head.path.length + context.head.query.length > caps.maxUrlBytes) {
+    return ["uri_too_long", "target length"];
+  }
+  const length = Number(context.headers["content-length"] ?? 0);
+  if (length > caps.maxBodyBytes) return ["payload_too_large", "declared body"];
   return undefined;
 }
 

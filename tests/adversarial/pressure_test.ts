@@ -7,7 +7,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { parseResponses, type RawResponse } from "../fixtures/http_client.ts";
+import { parseResponses, type RawResponse, readUntilClosed } from "../fixtures/http_client.ts";
 import { type Arena, arenaTest, HEADER_MS, healthOf, pause, REQUEST_MS, SHOP } from "./arena.ts";
 
 /** Slack for the server's timer checks and scheduling on a loaded two-core machine. */
@@ -28,29 +28,6 @@ async function write(conn: Deno.Conn, text: string): Promise<boolean> {
   }
 }
 
-/** Reads until the gateway closes (or `limitMs` passes); the text and the time it took. */
-async function untilClosed(
-  conn: Deno.Conn,
-  limitMs: number,
-): Promise<{ text: string; ms: number }> {
-  const started = performance.now();
-  const timer = setTimeout(() => conn.close(), limitMs);
-  const buffer = new Uint8Array(8192);
-  let text = "";
-  try {
-    for (;;) {
-      const n = await conn.read(buffer);
-      if (n === null) break;
-      text += new TextDecoder().decode(buffer.subarray(0, n));
-    }
-  } catch { /* closed by the timer */ }
-  clearTimeout(timer);
-  try {
-    conn.close();
-  } catch { /* closed */ }
-  return { text, ms: performance.now() - started };
-}
-
 /** The overload and policy codes a refused flood request may carry. */
 const FLOOD_CODES = new Set([
   "lane_pool_full",
@@ -67,7 +44,7 @@ arenaTest("adversarial: pressure", {
 }, {
   "slowloris: a head trickled byte by byte is closed at the header timeout": async (arena) => {
     const conn = await connect(arena);
-    const reading = untilClosed(conn, HEADER_MS + SLACK_MS * 2);
+    const reading = readUntilClosed(conn, HEADER_MS + SLACK_MS * 2);
     const head = `GET /api/echo HTTP/1.1\r\nHost: ${SHOP}\r\nX-Slow: `;
     let sent = 0;
     const started = performance.now();
@@ -91,7 +68,7 @@ arenaTest("adversarial: pressure", {
       conn,
       `POST /api/echo HTTP/1.1\r\nHost: ${SHOP}\r\nContent-Length: 100\r\n\r\n0123456789`,
     );
-    const { ms } = await untilClosed(conn, REQUEST_MS + SLACK_MS * 2);
+    const { ms } = await readUntilClosed(conn, REQUEST_MS + SLACK_MS * 2);
     assert.ok(performance.now() - started < REQUEST_MS + SLACK_MS * 2, `closed after ${ms} ms`);
     assert.equal(arena.upstream.seen.length, 0, "no complete request reached the upstream");
   },
@@ -107,7 +84,7 @@ arenaTest("adversarial: pressure", {
       if (!await write(conn, chunk)) break;
       await pause(10);
     }
-    const { text } = await untilClosed(conn, 5000);
+    const { text } = await readUntilClosed(conn, 5000);
     const [response] = parseResponses(text, ["POST"]);
     assert.equal(response.status, 413, text);
     assert.equal(JSON.parse(response.body).error.code, "payload_too_large");
