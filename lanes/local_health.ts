@@ -1,10 +1,12 @@
 /**
  * The `local_health` lane: loopback or a Unix socket only. Serves readiness, status, the ledger
- * counters, the egress pool, `/metrics` and the drain operation, from a private reserve the public lane can never
- * touch.
+ * counters, the egress pool, the live config generation (and a reload), `/metrics` and the drain
+ * operation, from a private reserve the public lane can never touch.
  *
  * @module
  */
+import { configStatus } from "../src/config/generations.ts";
+import { formatPath } from "../src/config/problems.ts";
 import type { EdgeServices } from "../src/edge/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
 import { type PolicyFacts, renderMetrics } from "../src/observe/metrics.ts";
@@ -107,6 +109,29 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
         if (!services.tls) return failureReply("route_not_allowed", context.requestId);
         const problems = await services.tls.reload();
         return jsonReply({ reloaded: problems.length === 0, problems, tls: services.tls.status() });
+      },
+    },
+    {
+      path: "/v1/config",
+      methods: READ,
+      handle: function config(_context, services) {
+        return jsonReply({
+          ...configStatus(services.config, (p) => formatPath(p.path)),
+          ...(services.hubStatus ? { hub: services.hubStatus() } : {}),
+        });
+      },
+    },
+    {
+      path: "/v1/config/reload",
+      methods: ["POST"],
+      handle: async function reloadConfig(context, services) {
+        if (!services.reloadConfig) return failureReply("route_not_allowed", context.requestId);
+        const outcome = await services.reloadConfig();
+        const status = configStatus(services.config, (p) => formatPath(p.path));
+        return jsonReply(
+          { outcome: outcome.outcome, ...status },
+          outcome.outcome === "rejected" ? 422 : 200,
+        );
       },
     },
     {

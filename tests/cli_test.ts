@@ -60,7 +60,7 @@ Deno.test("cli check: the example config prints a summary of lanes, ledger, tena
   assert.match(out, /^ {2}lane provider_health: 127\.0\.0\.1:9902$/m);
   assert.match(out, /^ {4}reserve 2, .*rate 20\/s burst 40$/m);
   assert.match(out, /^ {2}ledger: 256 slots \(general pool 250\), .* 8 per connection$/m);
-  assert.match(out, /^ {2}tenants: 1 \(\d+ routes\) in .*deploy\/example\/tenants$/m);
+  assert.match(out, /^ {2}tenants: 1 \(\d+ routes\) in .*deploy\/example\/tenants \(watched\)$/m);
   assert.match(
     out,
     /^ {2}flags: --allow-net=127\.0\.0\.1:8080,127\.0\.0\.1:9901,127\.0\.0\.1:9902 /m,
@@ -69,7 +69,7 @@ Deno.test("cli check: the example config prints a summary of lanes, ledger, tena
 
 Deno.test("cli check: a bad config prints every problem with file, field and value", async () => {
   const dir = await writeConfig(
-    `node_id: "bad id!"\nmode: remote\ntenants_dir: tenants\nlanes:\n` +
+    `node_id: "bad id!"\nmode: cloud\ntenants_dir: tenants\nlanes:\n` +
       `  public: { listen: [{ hostname: localhost, port: 0 }] }\n` +
       `ledger:\n  application_slots: 0\n  inflight_bytes: 1024\n  per_connection: 2\n` +
       `  colour: blue\n`,
@@ -84,7 +84,7 @@ Deno.test("cli check: a bad config prints every problem with file, field and val
     // path; it has no value of its own to quote.
     const expected: [string, string | undefined][] = [
       ["1:10: node_id:", '(got "bad id!")'],
-      ["2:7: mode:", '(got "remote")'],
+      ["2:7: mode:", '(got "cloud")'],
       ["5:34: lanes.public.listen[0].hostname:", '(got "localhost")'],
       ["5:51: lanes.public.listen[0].port:", "(got 0)"],
       ["7:22: ledger.application_slots:", "(got 0)"],

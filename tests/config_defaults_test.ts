@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { join, relative } from "node:path";
-import { loadConfig } from "../src/config/load.ts";
+import { loadConfig, tenantsFolderOf } from "../src/config/load.ts";
 import { MINIMAL, writeConfigText } from "./fixtures/config_files.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -16,19 +16,22 @@ Deno.test("loadConfig() resolves tenants_dir against the config file's folder", 
     MINIMAL.replace("tenants_dir: tenants", "tenants_dir: ./a/../t"),
   );
   const config = await loadConfig(file);
-  assert.equal(config.tenantsDir, join(file, "..", "t"));
+  assert.equal(tenantsFolderOf(config)!, join(file, "..", "t"));
 });
 
 Deno.test("loadConfig() keeps an absolute tenants_dir as written", async () => {
   const config = await loadConfig(
     await writeConfigText(MINIMAL.replace("tenants_dir: tenants", "tenants_dir: /srv/tenants")),
   );
-  assert.equal(config.tenantsDir, "/srv/tenants");
+  assert.equal(tenantsFolderOf(config)!, "/srv/tenants");
 });
 
 Deno.test("loadConfig() keeps paths relative when the config path is relative", async () => {
   const config = await loadConfig(relative(Deno.cwd(), join(ROOT, "deploy/example/config.yaml")));
-  assert.equal(config.tenantsDir, relative(Deno.cwd(), join(ROOT, "deploy/example/tenants")));
+  assert.equal(
+    tenantsFolderOf(config)!,
+    relative(Deno.cwd(), join(ROOT, "deploy/example/tenants")),
+  );
 });
 
 Deno.test("loadConfig() resolves unix socket paths against the config folder", async () => {

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { loadConfig } from "../src/config/load.ts";
+import { loadConfig, tenantsFolderOf } from "../src/config/load.ts";
 import { ConfigError, type ConfigProblem } from "../src/config/problems.ts";
 import { configErrorOf, MINIMAL, writeConfigText } from "./fixtures/config_files.ts";
 
@@ -29,7 +29,7 @@ Deno.test("loadConfig() loads the example config with all three lanes", async ()
   assert.equal(config.file, file);
   assert.equal(config.nodeId, "example-edge");
   assert.equal(config.mode, "local");
-  assert.equal(config.tenantsDir, join(ROOT, "deploy/example/tenants"));
+  assert.equal(tenantsFolderOf(config)!, join(ROOT, "deploy/example/tenants"));
   assert.deepEqual(config.lanes.public?.listen, [
     { kind: "tcp", hostname: "127.0.0.1", port: 8080 },
   ]);
@@ -195,20 +195,20 @@ Deno.test("loadConfig() says a listener without a port is missing its port", asy
 Deno.test("loadConfig() reports several problems in one error, in file order", async () => {
   const text = MINIMAL
     .replace("node_id: unit-edge", "node_id: -bad")
-    .replace("mode: local", "mode: remote")
+    .replace("mode: local", "mode: cloud")
     .replace("port: 8080", "port: 0")
     .replace("application_slots: 16", "application_slots: 0");
   const { file, error } = await problemsOf(text);
   assert.deepEqual(error.problems.map((p) => [p.path.join("/"), p.value]), [
     ["node_id", "-bad"],
-    ["mode", "remote"],
+    ["mode", "cloud"],
     ["lanes/public/listen/0/port", 0],
     ["ledger/application_slots", 0],
   ]);
   const lines = error.message.split("\n");
   assert.equal(lines.length, 4);
   for (const line of lines) assert.ok(line.startsWith(`${file}:`), line);
-  assert.match(lines[1], /: mode: Expected "local" .*\(got "remote"\)$/);
+  assert.match(lines[1], /: mode: Expected "local" or "remote" \(got "cloud"\)$/);
 });
 
 Deno.test("loadConfig() refuses an empty listener list and a lane without public", async () => {

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { auditPermissions, type PermissionQuery } from "../src/boot/audit.ts";
 import { formatFlags, requiredGrants } from "../src/boot/flags.ts";
-import { type EdgeConfig, loadConfig } from "../src/config/load.ts";
+import { type EdgeConfig, loadConfig, tenantsFolderOf } from "../src/config/load.ts";
 import { MINIMAL, writeConfigText } from "./fixtures/config_files.ts";
 
 /** MINIMAL (public on 127.0.0.1:8080) plus a local_health listener and this egress section. */
@@ -59,7 +59,7 @@ Deno.test("formatFlags() puts egress targets in --allow-net, in order, after the
       "10.0.0.5:8080,[2001:db8::5]:80",
   );
   assert.deepEqual(flags.slice(1), [
-    `--allow-read=${config.file},${config.tenantsDir}`,
+    `--allow-read=${config.file},${tenantsFolderOf(config)!}`,
     "--ignore-env=LOG_STREAM,LOG_TOKENS",
   ]);
 });
@@ -90,7 +90,7 @@ Deno.test("auditPermissions() accepts exactly the listener, SOCKS and direct gra
   const net = requiredGrants(config).filter((g) => g.name === "net").map((g) => g.value);
   const result = auditPermissions(
     requiredGrants(config),
-    exactly(net, [config.file, config.tenantsDir]),
+    exactly(net, [config.file, tenantsFolderOf(config)!]),
   );
   assert.deepEqual(result, { refusals: [], warnings: [] });
 });
@@ -100,7 +100,7 @@ Deno.test("auditPermissions() names a missing SOCKS grant and a missing direct g
   const held = ["127.0.0.1:8080", "127.0.0.1:9901", "[::1]:9050", "10.0.0.5:8080"];
   const result = auditPermissions(
     requiredGrants(config),
-    exactly(held, [config.file, config.tenantsDir]),
+    exactly(held, [config.file, tenantsFolderOf(config)!]),
   );
   assert.deepEqual(result.refusals, [
     "Missing --allow-net=127.0.0.1:9050 (needed by the SOCKS instance)",
@@ -115,7 +115,7 @@ Deno.test("auditPermissions() refuses every port of a SOCKS host being granted",
   const hostWide: PermissionQuery = (descriptor) =>
     descriptor.name === "net" && descriptor.host?.startsWith("10.9.9.9:")
       ? "granted"
-      : exactly(net, [config.file, config.tenantsDir])(descriptor);
+      : exactly(net, [config.file, tenantsFolderOf(config)!])(descriptor);
   assert.deepEqual(auditPermissions(requiredGrants(config), hostWide).refusals, [
     "--allow-net grants every port of 10.9.9.9 (10.9.9.9:1 is granted); " +
     "grant exact host:port pairs",

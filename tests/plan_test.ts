@@ -65,6 +65,8 @@ Deno.test("planEdge() plans the example config: three lanes, profile, tenants, g
     "/v1/egress",
     "/metrics",
     "/v1/tls/reload",
+    "/v1/config",
+    "/v1/config/reload",
     "/v1/drain",
   ]);
   assert.deepEqual(plan.lanes[2].listen, [{ kind: "tcp", hostname: "127.0.0.1", port: 9902 }]);

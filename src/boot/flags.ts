@@ -55,7 +55,20 @@ export function requiredGrants(config: EdgeConfig): Grant[] {
     grants.push({ name: "net", value: target, purpose: "direct upstream" });
   }
   grants.push({ name: "read", value: config.file, purpose: "config file" });
-  grants.push({ name: "read", value: config.tenantsDir, purpose: "tenants folder" });
+  const runtime = config.runtime;
+  if (runtime.kind === "local") {
+    grants.push({ name: "read", value: runtime.dir, purpose: "tenants folder" });
+  } else {
+    grants.push({ name: "net", value: runtime.hub.address, purpose: "hub" });
+    const hubFiles = runtime.hub.tls
+      ? [runtime.hub.tls.caFile, runtime.hub.tls.certFile, runtime.hub.tls.keyFile]
+      : [runtime.hub.tokenFile!];
+    for (const file of hubFiles) {
+      grants.push({ name: "read", value: file, purpose: "hub credentials" });
+    }
+    grants.push({ name: "read", value: runtime.cacheDir, purpose: "generation cache" });
+    grants.push({ name: "write", value: runtime.cacheDir, purpose: "generation cache" });
+  }
   // Certificate folders, not files: a reload watches the folder (editors replace files).
   const certDirs = new Set(
     (config.tls?.certificates ?? []).flatMap((c) => [dirname(c.certFile), dirname(c.keyFile)]),

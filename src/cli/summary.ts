@@ -46,7 +46,7 @@ export function summarizePlan<S>(plan: EdgePlan<S>): string {
   );
   const routes = plan.tenants.tenants.reduce((sum, t) => sum + t.routeCount, 0);
   lines.push(
-    `  tenants: ${plan.tenants.tenants.length} (${routes} routes) in ${config.tenantsDir}`,
+    `  tenants: ${plan.tenants.tenants.length} (${routes} routes) ${runtimeOrigin(plan)}`,
   );
   const list = (names: string[]) => names.length > 0 ? names.join(", ") : "none";
   lines.push(
@@ -57,4 +57,14 @@ export function summarizePlan<S>(plan: EdgePlan<S>): string {
   }
   lines.push(`  flags: ${formatFlags(plan.grants)}`);
   return lines.join("\n");
+}
+
+/** Where the tenant set comes from, for the summary. */
+function runtimeOrigin<S>(plan: EdgePlan<S>): string {
+  const runtime = plan.config.runtime;
+  if (runtime.kind === "local") {
+    return `in ${runtime.dir}${runtime.watch ? " (watched)" : ""}`;
+  }
+  const cached = plan.runtime.hash === "" ? "no cached generation yet" : "cached generation";
+  return `from hub ${runtime.hub.url} (${cached} in ${runtime.cacheDir})`;
 }

@@ -100,17 +100,51 @@ const LaneLedger = v.strictObject({
   priority_reserve: v.optional(wholeNumber(0)),
 });
 
+/** Remote mode's hub: `https` with a client certificate (mTLS), or `http` with a token file. */
+const HubClient = v.strictObject({
+  url: v.pipe(
+    v.string("Expected a URL"),
+    v.regex(
+      /^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/,
+      "Expected http(s)://host:port, with the port and without a path",
+    ),
+  ),
+  /** The CA that signed the hub's certificate (https). */
+  ca_file: v.optional(Text),
+  /** This node's client certificate and key, signed by the hub's client CA (https). */
+  cert_file: v.optional(Text),
+  key_file: v.optional(Text),
+  /** This node's token (http): the file holds the token, nothing else. */
+  token_file: v.optional(Text),
+  /** Longest a stream request waits for the hub's answer before asking again. */
+  poll_timeout_ms: v.optional(wholeNumber(1000, 600_000), 35_000),
+  /** Reconnection backoff: doubles from the first delay up to the cap. */
+  backoff_initial_ms: v.optional(wholeNumber(1, 60_000), 250),
+  backoff_max_ms: v.optional(wholeNumber(1, 600_000), 30_000),
+});
+
 /** The bootstrap config schema. */
 export const BootstrapSchema = v.strictObject({
   node_id: v.pipe(
     v.string("Expected text"),
     v.regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "Expected 1-63 letters, digits, '.', '_' or '-'"),
   ),
-  mode: v.picklist(
-    ["local"],
-    'Expected "local" (remote mode arrives with the hub client in a later version)',
+  /** `local`: tenants from `tenants_dir`, watched; `remote`: tenants from the hub's stream. */
+  mode: v.picklist(["local", "remote"], 'Expected "local" or "remote"'),
+  /** Local mode: the runtime folder (`globals.yaml` and one file per tenant). */
+  tenants_dir: v.optional(Text),
+  /** Local mode: reload the folder when it changes. */
+  runtime: v.optional(
+    v.strictObject({
+      watch: v.optional(v.boolean("Expected true or false"), true),
+      debounce_ms: v.optional(wholeNumber(10, 60_000), 250),
+    }),
+    {},
   ),
-  tenants_dir: Text,
+  /** Remote mode: the hub and how this node proves who it is. */
+  hub: v.optional(HubClient),
+  /** Remote mode: where the last good generation is kept across restarts. */
+  cache_dir: v.optional(Text),
   lanes: v.strictObject({
     public: PublicLane,
     local_health: v.optional(LaneListeners),

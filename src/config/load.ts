@@ -7,9 +7,14 @@
 import { dirname, join, normalize } from "node:path";
 import type { LaneName } from "../ledger/lane.ts";
 import type { CertificateSource } from "../tls/certificates.ts";
-import { BootstrapSchema, type LaneLedgerConfig, type ListenerConfig } from "./bootstrap.ts";
+import {
+  type BootstrapConfig,
+  BootstrapSchema,
+  type LaneLedgerConfig,
+  type ListenerConfig,
+} from "./bootstrap.ts";
 import type { EgressConfig } from "./egress_schema.ts";
-import { ConfigError } from "./problems.ts";
+import { ConfigError, type ConfigProblem } from "./problems.ts";
 import { validateFile } from "./validate.ts";
 import { readYaml, type YamlFile } from "./yaml_file.ts";
 
@@ -34,14 +39,43 @@ export interface PublicTls {
   readonly watch: boolean;
 }
 
+/** Remote mode's hub connection, paths resolved. */
+export interface HubClientConfig {
+  /** `http(s)://host:port`. */
+  readonly url: string;
+  /** `host:port` as `--allow-net` spells it. */
+  readonly address: string;
+  readonly tls?: { readonly caFile: string; readonly certFile: string; readonly keyFile: string };
+  readonly tokenFile?: string;
+  readonly pollTimeoutMs: number;
+  readonly backoffInitialMs: number;
+  readonly backoffMaxMs: number;
+}
+
+/** Where the tenant set comes from. */
+export type RuntimeSource =
+  | {
+    readonly kind: "local";
+    /** The tenants folder. */
+    readonly dir: string;
+    readonly watch: boolean;
+    readonly debounceMs: number;
+  }
+  | {
+    readonly kind: "remote";
+    readonly hub: HubClientConfig;
+    /** The last good generation is kept here (read and written). */
+    readonly cacheDir: string;
+  };
+
 /** The bootstrap config, validated and resolved. */
 export interface EdgeConfig {
   /** The config file, as named on the command line. */
   readonly file: string;
   readonly nodeId: string;
-  readonly mode: "local";
-  /** The tenants folder, resolved against the config file's folder. */
-  readonly tenantsDir: string;
+  readonly mode: "local" | "remote";
+  /** The tenant set's source: a watched folder, or a hub. */
+  readonly runtime: RuntimeSource;
   /** Configured lanes only; an absent lane is not served. */
   readonly lanes: Readonly<Partial<Record<LaneName, LaneConfig>>>;
   readonly timeouts: {
@@ -117,11 +151,12 @@ export async function loadConfig(file: string): Promise<EdgeConfig> {
     name: tls.name ?? raw.node_id.toLowerCase(),
     watch: tls.watch,
   };
+  const runtime = runtimeSource(raw, resolve, source, file);
   return {
     file,
     nodeId: raw.node_id,
     mode: raw.mode,
-    tenantsDir: resolve(raw.tenants_dir),
+    runtime,
     lanes,
     timeouts: {
       headerMs: raw.timeouts.header_ms,
@@ -148,6 +183,89 @@ export async function loadConfig(file: string): Promise<EdgeConfig> {
     egress: raw.egress,
     ledger: raw.ledger,
     source,
+  };
+}
+
+/** The tenants folder of a local-mode config; undefined in remote mode. */
+export function tenantsFolderOf(config: EdgeConfig): string | undefined {
+  return config.runtime.kind === "local" ? config.runtime.dir : undefined;
+}
+
+/** The mode's fields, checked together: a tenants folder for local, a hub and cache for remote. */
+function runtimeSource(
+  raw: BootstrapConfig,
+  resolve: (path: string) => string,
+  source: YamlFile,
+  file: string,
+): RuntimeSource {
+  const problems: ConfigProblem[] = [];
+  const problem = (path: (string | number)[], message: string, value?: unknown) =>
+    problems.push({ file, path, value, message, at: source.locate(path) });
+  if (raw.mode === "local") {
+    if (raw.tenants_dir === undefined) problem(["tenants_dir"], "Local mode needs tenants_dir");
+    if (raw.hub) problem(["hub"], 'hub is for mode "remote"');
+    if (raw.cache_dir !== undefined) problem(["cache_dir"], 'cache_dir is for mode "remote"');
+    if (problems.length > 0) throw new ConfigError(problems);
+    return {
+      kind: "local",
+      dir: resolve(raw.tenants_dir!),
+      watch: raw.runtime.watch,
+      debounceMs: raw.runtime.debounce_ms,
+    };
+  }
+  const hub = raw.hub;
+  if (raw.tenants_dir !== undefined) {
+    problem(["tenants_dir"], "Remote mode takes its tenants from the hub, not a folder");
+  }
+  if (!hub) problem(["hub"], "Remote mode needs hub: {url, ...}");
+  if (raw.cache_dir === undefined) problem(["cache_dir"], "Remote mode needs cache_dir");
+  if (hub) {
+    const https = hub.url.startsWith("https:");
+    const missing = https
+      ? (["ca_file", "cert_file", "key_file"] as const).filter((k) => hub[k] === undefined)
+      : hub.token_file === undefined
+      ? ["token_file"]
+      : [];
+    for (const key of missing) {
+      problem(
+        ["hub", key],
+        https
+          ? "An https hub authenticates this node by client certificate: set ca_file, cert_file " +
+            "and key_file"
+          : "An http hub authenticates this node by token: set token_file",
+      );
+    }
+    if (https && hub.token_file !== undefined) {
+      problem(["hub", "token_file"], "An https hub uses the client certificate, not a token");
+    }
+    if (hub.backoff_initial_ms > hub.backoff_max_ms) {
+      problem(
+        ["hub", "backoff_initial_ms"],
+        `The first delay is longer than the cap (${hub.backoff_max_ms} ms)`,
+        hub.backoff_initial_ms,
+      );
+    }
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  const url = new URL(hub!.url);
+  return {
+    kind: "remote",
+    hub: {
+      url: hub!.url,
+      address: url.host,
+      tls: hub!.ca_file
+        ? {
+          caFile: resolve(hub!.ca_file),
+          certFile: resolve(hub!.cert_file!),
+          keyFile: resolve(hub!.key_file!),
+        }
+        : undefined,
+      tokenFile: hub!.token_file === undefined ? undefined : resolve(hub!.token_file),
+      pollTimeoutMs: hub!.poll_timeout_ms,
+      backoffInitialMs: hub!.backoff_initial_ms,
+      backoffMaxMs: hub!.backoff_max_ms,
+    },
+    cacheDir: resolve(raw.cache_dir!),
   };
 }
 

@@ -10,7 +10,7 @@ import { GLOBALS_FILE, type GlobalsDocument, GlobalsSchema } from "./policy_sche
 import type { ConfigProblem } from "./problems.ts";
 import { type TenantDocument, TenantSchema } from "./tenant_schema.ts";
 import { validateFile } from "./validate.ts";
-import { describeIoError, readYaml, type YamlFile } from "./yaml_file.ts";
+import { describeIoError, parseYaml, type YamlFile } from "./yaml_file.ts";
 
 /** One valid tenant file. */
 export interface TenantFile {
@@ -25,56 +25,67 @@ export function isTenantFileName(name: string): boolean {
 }
 
 /**
- * Reads `globals.yaml` from the tenants folder; absent means no policy defaults.
- *
- * @returns the globals, or the problems found
- */
-export async function readGlobals(
-  dir: string,
-): Promise<{ globals: GlobalsDocument; problems: ConfigProblem[] }> {
-  const file = join(dir, GLOBALS_FILE);
-  try {
-    await Deno.lstat(file);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return { globals: { policies: {} }, problems: [] };
-  }
-  const source = await readYaml(file);
-  if (Array.isArray(source)) return { globals: { policies: {} }, problems: source };
-  const checked = validateFile(GlobalsSchema, source);
-  if (!checked.ok) return { globals: { policies: {} }, problems: checked.problems };
-  return { globals: checked.value, problems: [] };
-}
-
-/**
- * Reads and validates every tenant file in `dir`, in name order.
+ * Reads the runtime YAML of a folder once — `globals.yaml` and every tenant file — as text, so a
+ * generation is built from one consistent read (and hashed from the same bytes).
  *
  * @param dir the tenants folder
- * @returns the valid files and every problem found
+ * @returns file name → text, and the problems reading them (an unreadable folder or file)
  */
-export async function readTenantFiles(
+export async function readRuntimeTexts(
   dir: string,
-): Promise<{ files: TenantFile[]; problems: ConfigProblem[] }> {
+): Promise<{ texts: Map<string, string>; problems: ConfigProblem[] }> {
   const names: string[] = [];
   try {
     for await (const entry of Deno.readDir(dir)) {
-      if ((entry.isFile || entry.isSymlink) && isTenantFileName(entry.name)) names.push(entry.name);
+      if (!entry.isFile && !entry.isSymlink) continue;
+      if (isTenantFileName(entry.name) || entry.name === GLOBALS_FILE) names.push(entry.name);
     }
   } catch (error) {
-    return {
-      files: [],
-      problems: [{
-        file: dir,
-        path: [],
-        message: `Cannot read tenants folder: ${describeIoError(error)}`,
-      }],
-    };
+    const message = `Cannot read tenants folder: ${describeIoError(error)}`;
+    return { texts: new Map(), problems: [{ file: dir, path: [], message }] };
   }
   names.sort();
-  const files: TenantFile[] = [];
+  const texts = new Map<string, string>();
   const problems: ConfigProblem[] = [];
   for (const name of names) {
+    try {
+      texts.set(name, await Deno.readTextFile(join(dir, name)));
+    } catch (error) {
+      // Deleted between the listing and the read (an editor's save): the next read sees the truth.
+      if (error instanceof Deno.errors.NotFound) continue;
+      const file = join(dir, name);
+      problems.push({ file, path: [], message: `Cannot read file: ${describeIoError(error)}` });
+    }
+  }
+  return { texts, problems };
+}
+
+/**
+ * Parses and validates runtime YAML read by {@link readRuntimeTexts} (or received from a hub):
+ * `globals.yaml`, then every tenant file in name order, each named after its host.
+ *
+ * @param dir the folder the files belong to (for diagnostics and `body_file` paths)
+ * @param texts file name → text
+ * @returns the valid tenant files, the globals, and every problem found
+ */
+export function parseRuntime(
+  dir: string,
+  texts: ReadonlyMap<string, string>,
+): { files: TenantFile[]; globals: GlobalsDocument; problems: ConfigProblem[] } {
+  const problems: ConfigProblem[] = [];
+  let globals: GlobalsDocument = { policies: {} };
+  const globalsText = texts.get(GLOBALS_FILE);
+  if (globalsText !== undefined) {
+    const source = parseYaml(join(dir, GLOBALS_FILE), globalsText);
+    const checked = Array.isArray(source) ? undefined : validateFile(GlobalsSchema, source);
+    if (Array.isArray(source)) problems.push(...source);
+    else if (!checked!.ok) problems.push(...checked!.problems);
+    else globals = checked!.value;
+  }
+  const files: TenantFile[] = [];
+  for (const name of [...texts.keys()].filter(isTenantFileName).sort()) {
     const file = join(dir, name);
-    const source = await readYaml(file);
+    const source = parseYaml(file, texts.get(name)!);
     if (Array.isArray(source)) {
       problems.push(...source);
       continue;
@@ -97,5 +108,5 @@ export async function readTenantFiles(
     }
     files.push({ file, document: checked.value, source });
   }
-  return { files, problems };
+  return { files, globals, problems };
 }

@@ -20,6 +20,8 @@ import { ResponseStats } from "../observe/stats.ts";
 import { Egress } from "../egress/egress.ts";
 import { PolicyStats } from "../policy/stats.ts";
 import { egressSettings } from "../egress/settings.ts";
+import { ConfigStore } from "../config/generations.ts";
+import { runtimeReloader } from "../config/runtime_watch.ts";
 import { AddressSet } from "../proxy/cidr.ts";
 import { CertStore } from "../tls/certificates.ts";
 import { type StopWatching, watchCertificates } from "../tls/watch.ts";
@@ -32,7 +34,7 @@ import {
   describeListener,
   listen,
 } from "./listeners.ts";
-import type { EdgePlan } from "./plan.ts";
+import { checkReach, type EdgePlan } from "./plan.ts";
 import type { EdgeServices, EdgeState } from "./services.ts";
 
 /** Boot refused after planning: a bind failed or a post-bind check did not hold. */
@@ -92,26 +94,41 @@ export async function startEdge(
   let stopping: Promise<void> | undefined;
   let resolveFinished!: () => void;
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
-  const tenants = plan.tenants;
+  const runtime = plan.config.runtime;
+  const store = new ConfigStore({
+    number: plan.runtime.hash === "" ? 0 : 1,
+    hash: plan.runtime.hash,
+    loadedAt: Date.now(),
+    source: plan.runtime.source,
+    registry: plan.tenants,
+    texts: plan.runtime.texts,
+  }, (registry) => checkReach(plan.config, registry));
+  const reloader = runtime.kind === "local"
+    ? runtimeReloader(runtime.dir, store, {
+      watch: runtime.watch,
+      debounceMs: runtime.debounceMs,
+      log,
+    })
+    : undefined;
 
   const tlsConfig = plan.config.tls;
-  const store = tlsConfig &&
+  const certs = tlsConfig &&
     new CertStore({
       sources: tlsConfig.certificates,
       minVersion: tlsConfig.minVersion,
       bootstrapName: tlsConfig.name,
       log,
     });
-  if (store) await store.reload();
+  if (certs) await certs.reload();
   if (tlsConfig?.http2) {
     log(
       "portcullis: warning: tls.http2 is on; Deno 2.9.6's node:http2 has aborted the process " +
         "under concurrent HTTP/2 load in testing (docs/decisions.md §8)",
     );
   }
-  const stopWatching: StopWatching = store && tlsConfig.watch && tlsConfig.certificates.length > 0
+  const stopWatching: StopWatching = certs && tlsConfig.watch && tlsConfig.certificates.length > 0
     ? watchCertificates(
-      store,
+      certs,
       tlsConfig.certificates.flatMap((c) => [c.certFile, c.keyFile]),
       log,
     )
@@ -124,13 +141,15 @@ export async function startEdge(
     stats: new ResponseStats(),
     policyStats: new PolicyStats(),
     state,
-    tenants: () => tenants,
+    tenants: () => store.registry(),
+    config: store,
+    reloadConfig: reloader ? () => reloader.reload() : undefined,
     drain: () => drain(),
     egress,
     trusted: AddressSet.of(plan.config.trustedProxies),
     clock,
     log,
-    tls: store,
+    tls: certs,
     acme: plan.config.acme && {
       challengeDir: plan.config.acme.challengeDir,
       otherwise: plan.config.acme.otherwise,
@@ -167,6 +186,7 @@ export async function startEdge(
   } catch (error) {
     await Promise.all(listening.map((grant) => closeListener(grant)));
     stopWatching();
+    reloader?.stop();
     throw new BootError([(error as Error).message]);
   }
   const actual: LaneListener[] = listening.map((grant) => ({
@@ -179,12 +199,13 @@ export async function startEdge(
   if (overlap.length > 0) {
     await Promise.all(listening.map((grant) => closeListener(grant)));
     stopWatching();
+    reloader?.stop();
     throw new BootError(overlap.map((p) => p.message));
   }
   armed = true;
   state.ready = true;
   for (const grant of actual) {
-    const tls = !grant.role && grant.lane === "public" && store ? " (TLS)" : "";
+    const tls = !grant.role && grant.lane === "public" && certs ? " (TLS)" : "";
     log(
       `portcullis: ${describeListener(grant)} listening on ${formatAddress(grant.address)}${tls}`,
     );
@@ -215,6 +236,7 @@ export async function startEdge(
   async function shutdown(): Promise<void> {
     state.ready = false;
     stopWatching();
+    reloader?.stop();
     await Promise.all(listening.map((grant) => closeListener(grant)));
     egress.close();
     resolveFinished();

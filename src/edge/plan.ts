@@ -11,7 +11,10 @@ import { type EdgeConfig, formatAddress, type ListenerAddress } from "../config/
 import { ConfigError, type ConfigProblem } from "../config/problems.ts";
 import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
 import { type LaneProfileInput, type Profile, validateProfile } from "../ledger/profile.ts";
-import { loadTenants, type TenantRegistry } from "../proxy/tenants.ts";
+import { readCache } from "../config/cache.ts";
+import { type GenerationSource, hashTexts } from "../config/generations.ts";
+import { readRuntimeTexts } from "../config/tenant_files.ts";
+import { buildRegistry, TenantRegistry } from "../proxy/tenants.ts";
 import { compileLane, type LaneDescriptor, type LaneTable } from "../server/lane.ts";
 
 /** One set of listeners the edge will serve: a lane's own, or a companion of the public lane. */
@@ -27,7 +30,15 @@ export interface EdgePlan<S> {
   readonly config: EdgeConfig;
   readonly profile: Profile;
   readonly lanes: readonly PlannedLane<S>[];
+  /** The first generation's registry. */
   readonly tenants: TenantRegistry;
+  /** What the first generation was built from. */
+  readonly runtime: {
+    readonly dir: string;
+    readonly texts: ReadonlyMap<string, string>;
+    readonly hash: string;
+    readonly source: GenerationSource;
+  };
   readonly grants: readonly Grant[];
 }
 
@@ -50,14 +61,9 @@ export async function planEdge<S>(
   const enabled = configuredLanes(config);
 
   // Tenants load first: a high-priority route gives the public lane a default priority reserve.
-  let tenants: TenantRegistry | undefined;
-  const tenantProblems: ConfigProblem[] = [];
-  try {
-    tenants = await loadTenants(config.tenantsDir);
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    tenantProblems.push(...error.problems);
-  }
+  const first = await firstGeneration(config);
+  const tenants = first.registry;
+  const tenantProblems = first.problems;
   const priorityRoutes = tenants?.tenants.some((t) =>
     t.routeList.some((r) => (r.priority ?? 5) >= 8)
   );
@@ -145,11 +151,70 @@ export async function planEdge<S>(
   problems.push(...tenantProblems);
   if (tenants) problems.push(...checkReach(config, tenants));
   if (problems.length > 0 || !checked.ok || !tenants) throw new ConfigError(problems);
-  return { config, profile: checked.profile, lanes, tenants, grants: requiredGrants(config) };
+  return {
+    config,
+    profile: checked.profile,
+    lanes,
+    tenants,
+    runtime: { dir: first.dir, texts: first.texts, hash: first.hash, source: first.source },
+    grants: requiredGrants(config),
+  };
+}
+
+/**
+ * The generation an edge starts with. Local mode: the tenants folder, which must be valid. Remote
+ * mode: the cached last good generation when there is a valid one, else an empty set (every host
+ * is 421 until the hub's first snapshot arrives).
+ */
+async function firstGeneration(config: EdgeConfig): Promise<{
+  registry?: TenantRegistry;
+  problems: ConfigProblem[];
+  dir: string;
+  texts: ReadonlyMap<string, string>;
+  hash: string;
+  source: GenerationSource;
+}> {
+  const runtime = config.runtime;
+  if (runtime.kind === "local") {
+    const read = await readRuntimeTexts(runtime.dir);
+    const built = await buildRegistry(runtime.dir, read.texts);
+    return {
+      registry: read.problems.length === 0 ? built.registry : undefined,
+      problems: [...read.problems, ...built.problems],
+      dir: runtime.dir,
+      texts: read.texts,
+      hash: await hashTexts(read.texts),
+      source: "directory",
+    };
+  }
+  const cached = await readCache(runtime.cacheDir);
+  if (cached) {
+    const read = await readRuntimeTexts(cached.folder);
+    const built = await buildRegistry(cached.folder, read.texts);
+    const reachable = built.registry && checkReach(config, built.registry).length === 0;
+    if (read.problems.length === 0 && built.registry && reachable) {
+      return {
+        registry: built.registry,
+        problems: [],
+        dir: cached.folder,
+        texts: read.texts,
+        hash: cached.hash,
+        source: "cache",
+      };
+    }
+  }
+  return {
+    registry: new TenantRegistry([]),
+    problems: [],
+    dir: runtime.cacheDir,
+    texts: new Map(),
+    hash: "",
+    source: "cache",
+  };
 }
 
 /** Every proxy backend must have a way out: `egress.direct` lists it, or a SOCKS pool exists. */
-function checkReach(config: EdgeConfig, tenants: TenantRegistry): ConfigProblem[] {
+export function checkReach(config: EdgeConfig, tenants: TenantRegistry): ConfigProblem[] {
   const direct = new Set(config.egress.direct.map((target) => target.toLowerCase()));
   const socks = config.egress.socks.length > 0;
   const problems: ConfigProblem[] = [];

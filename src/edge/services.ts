@@ -4,6 +4,7 @@
  *
  * @module
  */
+import type { ConfigStore, OfferOutcome } from "../config/generations.ts";
 import type { Egress } from "../egress/egress.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { ResponseStats } from "../observe/stats.ts";
@@ -31,8 +32,14 @@ export interface EdgeServices {
   /** Policy denials and dry-run would-be denials. */
   readonly policyStats: PolicyStats;
   readonly state: EdgeState;
-  /** The tenant registry in force. */
+  /** The tenant registry in force: read it once per request. */
   tenants(): TenantRegistry;
+  /** The live configuration generation and the last rejected one. */
+  readonly config: ConfigStore;
+  /** Reloads the runtime config now: the folder (local mode), or a fresh poll of the hub. */
+  readonly reloadConfig?: () => Promise<OfferOutcome>;
+  /** Remote mode: the hub connection's state, for `/v1/config`. */
+  readonly hubStatus?: () => Record<string, unknown>;
   /** Starts draining (idempotent); resolves when the edge has stopped. */
   drain(): Promise<void>;
   /** The way out: SOCKS pool, direct allowlist, breakers, retries. */

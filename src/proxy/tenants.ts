@@ -8,7 +8,7 @@
 import type { ConfigProblem } from "../config/problems.ts";
 import { ConfigError } from "../config/problems.ts";
 import type { PoliciesDocument } from "../config/policy_schema.ts";
-import { readGlobals, readTenantFiles, type TenantFile } from "../config/tenant_files.ts";
+import { parseRuntime, readRuntimeTexts, type TenantFile } from "../config/tenant_files.ts";
 import { compilePolicies, NO_POLICIES, type TenantPolicies } from "../policy/policies.ts";
 import type { Action } from "./actions.ts";
 import { compileRoute } from "./route_compile.ts";
@@ -29,6 +29,8 @@ export interface Tenant {
   readonly routeList: readonly RouteEntry<Action>[];
   /** The tenant's policies (tenant, then globals, then off). */
   readonly policies: TenantPolicies;
+  /** What the policies were compiled from (a reload with the same key keeps their state). */
+  readonly policyKey: string;
   /** Set for a passthrough tenant: TLS is piped by SNI to these backends, never terminated. */
   readonly passthrough?: {
     readonly backends: readonly { host: string; port: number; target: string }[];
@@ -44,14 +46,22 @@ export class TenantRegistry {
   readonly tenants: readonly Tenant[];
   /** The `globals.yaml` policies: what requests for unknown hosts get. */
   readonly globalPolicies: TenantPolicies;
+  /** What the globals' policies were compiled from. */
+  readonly globalPolicyKey: string;
 
   /**
    * @param tenants compiled tenants whose names are unique
    * @param globalPolicies the globals' policies (for unknown hosts)
+   * @param globalPolicyKey what they were compiled from
    */
-  constructor(tenants: readonly Tenant[], globalPolicies: TenantPolicies = NO_POLICIES) {
+  constructor(
+    tenants: readonly Tenant[],
+    globalPolicies: TenantPolicies = NO_POLICIES,
+    globalPolicyKey = "",
+  ) {
     this.tenants = tenants;
     this.globalPolicies = globalPolicies;
+    this.globalPolicyKey = globalPolicyKey;
     const byName = new Map<string, Tenant>();
     for (const tenant of tenants) for (const name of tenant.names) byName.set(name, tenant);
     this.#byName = byName;
@@ -70,13 +80,42 @@ export class TenantRegistry {
  * @throws {ConfigError} with every problem in every file
  */
 export async function loadTenants(dir: string): Promise<TenantRegistry> {
-  const { files, problems } = await readTenantFiles(dir);
-  const { globals, problems: globalProblems } = await readGlobals(dir);
-  problems.push(...globalProblems);
-  const compiled = await compileTenants(dir, files, globals.policies);
-  problems.push(...compiled.problems);
-  if (problems.length > 0) throw new ConfigError(problems);
-  return new TenantRegistry(compiled.tenants, compilePolicies(undefined, globals.policies));
+  const read = await readRuntimeTexts(dir);
+  const built = await buildRegistry(dir, read.texts);
+  const problems = [...read.problems, ...built.problems];
+  if (problems.length > 0 || !built.registry) throw new ConfigError(problems);
+  return built.registry;
+}
+
+/**
+ * Builds a registry from runtime YAML (a folder's, or a hub's), validating the whole set: every
+ * file, every policy, host uniqueness, body files. Policies whose configuration did not change
+ * since `previous` keep their state (rate-limit buckets, blocked addresses).
+ *
+ * @param dir the folder the files belong to (body files resolve inside it)
+ * @param texts file name → text (`globals.yaml` and `<host>.yaml` files)
+ * @param previous the registry this one replaces, if any
+ * @returns the registry when the set is valid, and every problem found
+ */
+export async function buildRegistry(
+  dir: string,
+  texts: ReadonlyMap<string, string>,
+  previous?: TenantRegistry,
+): Promise<{ registry?: TenantRegistry; problems: ConfigProblem[] }> {
+  const parsed = parseRuntime(dir, texts);
+  const compiled = await compileTenants(dir, parsed.files, parsed.globals.policies, previous);
+  const problems = [...parsed.problems, ...compiled.problems];
+  if (problems.length > 0) return { problems };
+  const key = policyKey(undefined, parsed.globals.policies);
+  const globalPolicies = previous?.globalPolicyKey === key
+    ? previous.globalPolicies
+    : compilePolicies(undefined, parsed.globals.policies);
+  return { registry: new TenantRegistry(compiled.tenants, globalPolicies, key), problems };
+}
+
+/** What a tenant's compiled policies depend on: its own block and the globals'. */
+function policyKey(tenant: PoliciesDocument | undefined, globals: PoliciesDocument): string {
+  return JSON.stringify([tenant ?? null, globals]);
 }
 
 /**
@@ -89,6 +128,7 @@ export async function compileTenants(
   dir: string,
   files: readonly TenantFile[],
   globals: PoliciesDocument = {},
+  previous?: TenantRegistry,
 ): Promise<{ tenants: Tenant[]; problems: ConfigProblem[] }> {
   const problems: ConfigProblem[] = [];
   const owners = new Map<string, string>();
@@ -125,6 +165,11 @@ export async function compileTenants(
         "A passthrough tenant is never terminated, so it has no routes",
       );
     }
+    const key = policyKey(document.policies, globals);
+    const before = previous?.get(document.host);
+    const keptPolicies = before?.host === document.host && before.policyKey === key
+      ? before.policies
+      : undefined;
     tenants.push({
       host: document.host,
       names,
@@ -133,7 +178,8 @@ export async function compileTenants(
       routes: new RouteTable(entries),
       routeCount: entries.length,
       routeList: entries,
-      policies: compilePolicies(document.policies, globals),
+      policies: keptPolicies ?? compilePolicies(document.policies, globals),
+      policyKey: key,
       passthrough: document.passthrough && {
         backends: document.passthrough.backends.map(splitTarget),
       },

@@ -1,0 +1,232 @@
+/**
+ * Runtime configuration generations. A generation is one immutable, fully validated tenant set —
+ * `globals.yaml` plus one file per tenant — with a number and a content hash. A new set is
+ * validated whole (every file, every policy, host uniqueness, backends the edge can reach) and
+ * swapped in atomically only when it is valid; otherwise the live generation stays and the
+ * rejection is recorded with every problem. A request reads the registry once, so it finishes on
+ * the generation it started with.
+ *
+ * @module
+ */
+import type { ConfigProblem } from "./problems.ts";
+import { buildRegistry, type TenantRegistry } from "../proxy/tenants.ts";
+
+/** One live (or once live) tenant set. */
+export interface Generation {
+  /** 1, 2, …: local loads count up; a hub's generations keep the hub's numbers. */
+  readonly number: number;
+  /** SHA-256 of the file set (see {@link hashTexts}), hex. */
+  readonly hash: string;
+  /** Wall-clock time it went live (ms since the epoch). */
+  readonly loadedAt: number;
+  /** Where it came from: `directory`, `hub` or `cache`. */
+  readonly source: GenerationSource;
+  readonly registry: TenantRegistry;
+  /** The files it was built from (name → text). */
+  readonly texts: ReadonlyMap<string, string>;
+}
+
+/** Where a generation came from. */
+export type GenerationSource = "directory" | "hub" | "cache";
+
+/** A set that was refused, and why. */
+export interface Rejection {
+  readonly at: number;
+  readonly hash: string;
+  readonly source: GenerationSource;
+  /** The generation number it would have had. */
+  readonly number: number;
+  readonly problems: readonly ConfigProblem[];
+}
+
+/** What an offer did. */
+export type OfferOutcome =
+  | { readonly outcome: "loaded"; readonly generation: Generation }
+  | { readonly outcome: "unchanged"; readonly generation: Generation }
+  | { readonly outcome: "rejected"; readonly rejection: Rejection };
+
+/** A file set to offer. */
+export interface Offer {
+  /** The folder the files belong to (body files resolve inside it). */
+  readonly dir: string;
+  readonly texts: ReadonlyMap<string, string>;
+  readonly source: GenerationSource;
+  /** The number to give it (a hub's); default: the live number plus one. */
+  readonly number?: number;
+  /** The hash to give it when its texts are not the whole set (a hub's, with assets). */
+  readonly hash?: string;
+}
+
+/**
+ * Hashes a file set: SHA-256 over the names in order, each with its length and text, so no two
+ * different sets share a hash by concatenation.
+ *
+ * @example
+ * ```ts
+ * import { hashTexts } from "./generations.ts";
+ * const a = await hashTexts(new Map([["a.yaml", "x"]]));
+ * a.length; // 64
+ * ```
+ */
+export async function hashTexts(texts: ReadonlyMap<string, string>): Promise<string> {
+  const encoder = new TextEncoder();
+  const parts: string[] = [];
+  for (const name of [...texts.keys()].sort()) {
+    const text = texts.get(name)!;
+    parts.push(`${name}\0${encoder.encode(text).byteLength}\0${text}`);
+  }
+  const digest = await crypto.subtle.digest("SHA-256", encoder.encode(parts.join("\0")));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * The live generation of one process, and the last rejected set. Offers are applied one at a time
+ * in arrival order.
+ */
+export class ConfigStore {
+  #current: Generation;
+  #rejected?: Rejection;
+  #queue: Promise<unknown> = Promise.resolve();
+  readonly #check: (registry: TenantRegistry) => ConfigProblem[];
+  readonly #listeners = new Set<(generation: Generation) => void>();
+
+  /**
+   * @param first the generation to start with
+   * @param check further rules a set must pass on this process (e.g. every backend reachable)
+   */
+  constructor(first: Generation, check: (registry: TenantRegistry) => ConfigProblem[] = () => []) {
+    this.#current = first;
+    this.#check = check;
+  }
+
+  /** The live generation. */
+  get current(): Generation {
+    return this.#current;
+  }
+
+  /** The last set refused since start, if any. */
+  get lastRejected(): Rejection | undefined {
+    return this.#rejected;
+  }
+
+  /** The live registry: read it once per request. */
+  registry(): TenantRegistry {
+    return this.#current.registry;
+  }
+
+  /** Calls `listener` after each swap; returns a function that unregisters it. */
+  onSwap(listener: (generation: Generation) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /**
+   * Validates a file set and makes it live, or records why not. A set identical to the live one
+   * changes nothing.
+   */
+  offer(offer: Offer): Promise<OfferOutcome> {
+    const next = this.#queue.then(() => this.#apply(offer));
+    this.#queue = next.catch(() => {});
+    return next;
+  }
+
+  /**
+   * Records a set that could not even be read (an unreadable folder or file) as rejected; the live
+   * generation stays.
+   */
+  reject(source: GenerationSource, problems: readonly ConfigProblem[]): Promise<OfferOutcome> {
+    const next = this.#queue.then((): OfferOutcome => {
+      const rejection = {
+        at: Date.now(),
+        hash: "",
+        source,
+        number: this.#current.number + 1,
+        problems,
+      };
+      this.#rejected = rejection;
+      return { outcome: "rejected", rejection };
+    });
+    this.#queue = next.catch(() => {});
+    return next;
+  }
+
+  async #apply(offer: Offer): Promise<OfferOutcome> {
+    const hash = offer.hash ?? await hashTexts(offer.texts);
+    const live = this.#current;
+    if (hash === live.hash) return { outcome: "unchanged", generation: live };
+    const number = offer.number ?? live.number + 1;
+    const built = await buildRegistry(offer.dir, offer.texts, live.registry);
+    const problems = built.registry ? this.#check(built.registry) : built.problems;
+    if (!built.registry || problems.length > 0) {
+      const rejection = { at: Date.now(), hash, source: offer.source, number, problems };
+      this.#rejected = rejection;
+      return { outcome: "rejected", rejection };
+    }
+    const generation: Generation = {
+      number,
+      hash,
+      loadedAt: Date.now(),
+      source: offer.source,
+      registry: built.registry,
+      texts: offer.texts,
+    };
+    this.#current = generation;
+    for (const listener of this.#listeners) listener(generation);
+    return { outcome: "loaded", generation };
+  }
+}
+
+/** `/v1/config`'s view of a store. */
+export interface ConfigStatus {
+  readonly generation: number;
+  readonly hash: string;
+  readonly loaded_at: string;
+  readonly source: GenerationSource;
+  readonly tenants: number;
+  readonly files: number;
+  readonly last_rejected: {
+    readonly at: string;
+    readonly generation: number;
+    readonly hash: string;
+    readonly source: GenerationSource;
+    readonly problems: readonly {
+      file: string;
+      path: string;
+      value?: unknown;
+      message: string;
+      at?: string;
+    }[];
+  } | null;
+}
+
+/** Renders a store's state for `/v1/config`. */
+export function configStatus(
+  store: ConfigStore,
+  formatPath: (p: ConfigProblem) => string,
+): ConfigStatus {
+  const live = store.current;
+  const rejected = store.lastRejected;
+  return {
+    generation: live.number,
+    hash: live.hash,
+    loaded_at: new Date(live.loadedAt).toISOString(),
+    source: live.source,
+    tenants: live.registry.tenants.length,
+    files: live.texts.size,
+    last_rejected: rejected
+      ? {
+        at: new Date(rejected.at).toISOString(),
+        generation: rejected.number,
+        hash: rejected.hash,
+        source: rejected.source,
+        problems: rejected.problems.map((p) => ({
+          file: p.file,
+          path: formatPath(p),
+          ...(p.value === undefined ? {} : { value: p.value }),
+          message: p.message,
+          ...(p.at ? { at: p.at } : {}),
+        })),
+      }
+      : null,
+  };
+}
