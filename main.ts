@@ -5,7 +5,14 @@
  * portcullis [serve] <config.yaml>   run the gateway (the default verb)
  * portcullis check <config.yaml>     validate config and tenants, print a summary
  * portcullis flags <config.yaml>     print the Deno permission flags the config needs
+ * portcullis hub <hub.yaml>          run a hub (serves a runtime folder to remote edges)
+ * portcullis check <folder>          validate a runtime folder (globals.yaml + tenants)
  * portcullis --version
+ * ```
+ *
+ * `check` and `flags` take a hub config too (one that says `role: hub`).
+ *
+ * ```
  * ```
  *
  * Exit status: 0 success, 1 refused (invalid config, permission audit, bind failure), 2 usage.
@@ -17,7 +24,11 @@ import { LANES } from "./lanes/mod.ts";
 import { auditPermissions } from "./src/boot/audit.ts";
 import { formatFlags, requiredGrants } from "./src/boot/flags.ts";
 import { summarizePlan } from "./src/cli/summary.ts";
-import { loadConfig } from "./src/config/load.ts";
+import { resolveConfig } from "./src/config/load.ts";
+import { readYaml } from "./src/config/yaml_file.ts";
+import { isHubFile, resolveHubConfig } from "./src/hub/config.ts";
+import { HubBootError } from "./src/hub/hub.ts";
+import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
 import { BootError, startEdge } from "./src/edge/edge.ts";
 import { planEdge } from "./src/edge/plan.ts";
@@ -27,7 +38,9 @@ export const VERSION: string = denoJson.version;
 
 const USAGE = `usage: portcullis [serve] <config.yaml>
        portcullis check <config.yaml>
-       portcullis flags <config.yaml>
+       portcullis flags <config.yaml | hub.yaml>
+       portcullis hub <hub.yaml>
+       portcullis check <config.yaml | hub.yaml | runtime folder>
        portcullis --version`;
 
 /**
@@ -46,7 +59,7 @@ export async function main(args: readonly string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
-  const verbs = ["serve", "check", "flags"];
+  const verbs = ["serve", "check", "flags", "hub"];
   const verb = verbs.includes(first) ? first : "serve";
   const operands = verbs.includes(first) ? rest : args;
   if (operands.length !== 1 || operands[0].startsWith("-")) {
@@ -64,7 +77,7 @@ export async function main(args: readonly string[]): Promise<number> {
       console.error(`portcullis: ${error.problems.length} problem(s); nothing was started`);
       return 1;
     }
-    if (error instanceof BootError) {
+    if (error instanceof BootError || error instanceof HubBootError) {
       for (const reason of error.reasons) console.error(`portcullis: ${reason}`);
       console.error("portcullis: boot refused");
       return 1;
@@ -74,7 +87,21 @@ export async function main(args: readonly string[]): Promise<number> {
 }
 
 async function run(verb: string, file: string): Promise<number> {
-  const config = await loadConfig(file);
+  if (verb === "check" && await isFolder(file)) {
+    console.log(
+      [`portcullis: ${file} is valid`, ...summarizeFolder(file, await checkRuntimeFolder(file))]
+        .join("\n"),
+    );
+    return 0;
+  }
+  const source = await readYaml(file);
+  if (Array.isArray(source)) throw new ConfigError(source);
+  if (isHubFile(source)) return runHubVerb(verb, resolveHubConfig(source), VERSION);
+  if (verb === "hub") {
+    console.error(`portcullis: ${file} is not a hub config (a hub config says role: hub)`);
+    return 2;
+  }
+  const config = resolveConfig(source);
   if (verb === "flags") {
     console.log(formatFlags(requiredGrants(config)));
     return 0;
@@ -104,6 +131,14 @@ async function run(verb: string, file: string): Promise<number> {
   Deno.removeSignalListener("SIGTERM", onSignal);
   Deno.removeSignalListener("SIGINT", onSignal);
   return 0;
+}
+
+async function isFolder(path: string): Promise<boolean> {
+  try {
+    return (await Deno.stat(path)).isDirectory;
+  } catch {
+    return false;
+  }
 }
 
 if (import.meta.main) {

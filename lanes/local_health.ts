@@ -126,7 +126,16 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       methods: ["POST"],
       handle: async function reloadConfig(context, services) {
         if (!services.reloadConfig) return failureReply("route_not_allowed", context.requestId);
-        const outcome = await services.reloadConfig();
+        let outcome;
+        try {
+          outcome = await services.reloadConfig();
+        } catch (error) {
+          return jsonReply({
+            outcome: "unreachable",
+            message: (error as Error).message,
+            ...configStatus(services.config, (p) => formatPath(p.path)),
+          }, 502);
+        }
         const status = configStatus(services.config, (p) => formatPath(p.path));
         return jsonReply(
           { outcome: outcome.outcome, ...status },

@@ -125,6 +125,10 @@ const HubClient = v.strictObject({
 
 /** The bootstrap config schema. */
 export const BootstrapSchema = v.strictObject({
+  /** Optional marker; a hub's config says `role: hub`. */
+  role: v.optional(
+    v.literal("edge", 'Expected "edge" (a hub config is run with `portcullis hub`)'),
+  ),
   node_id: v.pipe(
     v.string("Expected text"),
     v.regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "Expected 1-63 letters, digits, '.', '_' or '-'"),

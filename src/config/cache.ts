@@ -1,13 +1,14 @@
 /**
  * Remote mode's generation cache: the last good generation received from the hub, kept on disk so
- * an edge restarted while the hub is away still serves. Each generation is a folder
- * (`gen-<number>`); `current.json` names the live one and is replaced by rename, so a crash leaves
- * either the old or the new pointer, never a torn one. The previous generation's folder is kept
- * (requests may still read its body files); older ones are removed.
+ * an edge restarted while the hub is away still serves. Each received set is written to a folder
+ * of its own (`gen-<n>`) before it is validated; `current.json` names the live one and is replaced
+ * by rename only once the set is live, so a crash leaves either the old or the new pointer, never a
+ * torn one, and a set the edge rejected is never the cache's. The previous generation's folder is
+ * kept (requests may still read its body files); older ones, and rejected sets, are removed.
  *
  * @module
  */
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { type FileSet, writeFileSet } from "./file_set.ts";
 
 /** What `current.json` records. */
@@ -44,39 +45,50 @@ export async function readCache(cacheDir: string): Promise<CachedGeneration | un
 }
 
 /**
- * Writes a generation into the cache and makes it the live one.
+ * Writes a file set into a new generation folder of the cache (`gen-<n>`, one past the highest
+ * there). The folder is not live until {@link commitCache} points at it.
  *
- * @returns the generation's folder
+ * @returns the folder
  */
-export async function writeCache(
-  cacheDir: string,
-  generation: number,
-  hash: string,
-  files: FileSet,
-): Promise<string> {
+export async function stageCache(cacheDir: string, files: FileSet): Promise<string> {
   await Deno.mkdir(cacheDir, { recursive: true });
-  const name = `gen-${generation}`;
-  const folder = join(cacheDir, name);
+  const numbers = await generationFolders(cacheDir);
+  const name = `gen-${Math.max(0, ...numbers) + 1}`;
   const staging = join(cacheDir, `.staging-${name}-${crypto.randomUUID()}`);
   await writeFileSet(staging, files);
-  await Deno.remove(folder, { recursive: true }).catch(() => {});
+  const folder = join(cacheDir, name);
   await Deno.rename(staging, folder);
+  return folder;
+}
+
+/**
+ * Makes a staged folder the cache's live generation (the pointer is replaced by rename), then
+ * removes every generation folder but this one and the one before it.
+ */
+export async function commitCache(cacheDir: string, folder: string, hash: string): Promise<void> {
+  const name = basename(folder);
+  const generation = Number(/^gen-(\d+)$/.exec(name)?.[1]);
+  if (!Number.isSafeInteger(generation)) throw new RangeError(`Not a cache folder: ${folder}`);
   const pointer = join(cacheDir, `.${POINTER}.${crypto.randomUUID()}`);
   await Deno.writeTextFile(pointer, JSON.stringify({ generation, hash, folder: name }) + "\n");
   await Deno.rename(pointer, join(cacheDir, POINTER));
   await prune(cacheDir, generation);
-  return folder;
 }
 
-/** Removes generation folders older than the one before `live`, and stale staging folders. */
-async function prune(cacheDir: string, live: number): Promise<void> {
-  const keep = new Set([`gen-${live}`]);
+async function generationFolders(cacheDir: string): Promise<number[]> {
   const numbers: number[] = [];
   for await (const entry of Deno.readDir(cacheDir)) {
     const match = /^gen-(\d+)$/.exec(entry.name);
-    if (match && Number(match[1]) < live) numbers.push(Number(match[1]));
+    if (match) numbers.push(Number(match[1]));
   }
-  if (numbers.length > 0) keep.add(`gen-${Math.max(...numbers)}`);
+  return numbers;
+}
+
+/** Removes generation folders other than `live` and the newest one before it, and stale staging. */
+async function prune(cacheDir: string, live: number): Promise<void> {
+  const older = (await generationFolders(cacheDir)).filter((n) => n < live);
+  const keep = new Set([`gen-${live}`]);
+  if (older.length > 0) keep.add(`gen-${Math.max(...older)}`);
   for await (const entry of Deno.readDir(cacheDir)) {
     const stale = (/^gen-\d+$/.test(entry.name) && !keep.has(entry.name)) ||
       entry.name.startsWith(".staging-");

@@ -13,7 +13,7 @@ import { buildRegistry, type TenantRegistry } from "../proxy/tenants.ts";
 
 /** One live (or once live) tenant set. */
 export interface Generation {
-  /** 1, 2, …: local loads count up; a hub's generations keep the hub's numbers. */
+  /** 1, 2, …: each process counts its own loads (0 is the empty set before a first one). */
   readonly number: number;
   /** SHA-256 of the file set (see {@link hashTexts}), hex. */
   readonly hash: string;
@@ -89,6 +89,7 @@ export class ConfigStore {
   #queue: Promise<unknown> = Promise.resolve();
   readonly #check: (registry: TenantRegistry) => ConfigProblem[];
   readonly #listeners = new Set<(generation: Generation) => void>();
+  readonly #rejectListeners = new Set<(rejection: Rejection) => void>();
 
   /**
    * @param first the generation to start with
@@ -120,6 +121,18 @@ export class ConfigStore {
     return () => this.#listeners.delete(listener);
   }
 
+  /** Calls `listener` after each rejection; returns a function that unregisters it. */
+  onReject(listener: (rejection: Rejection) => void): () => void {
+    this.#rejectListeners.add(listener);
+    return () => this.#rejectListeners.delete(listener);
+  }
+
+  #recordRejection(rejection: Rejection): OfferOutcome {
+    this.#rejected = rejection;
+    for (const listener of this.#rejectListeners) listener(rejection);
+    return { outcome: "rejected", rejection };
+  }
+
   /**
    * Validates a file set and makes it live, or records why not. A set identical to the live one
    * changes nothing.
@@ -143,8 +156,7 @@ export class ConfigStore {
         number: this.#current.number + 1,
         problems,
       };
-      this.#rejected = rejection;
-      return { outcome: "rejected", rejection };
+      return this.#recordRejection(rejection);
     });
     this.#queue = next.catch(() => {});
     return next;
@@ -158,9 +170,13 @@ export class ConfigStore {
     const built = await buildRegistry(offer.dir, offer.texts, live.registry);
     const problems = built.registry ? this.#check(built.registry) : built.problems;
     if (!built.registry || problems.length > 0) {
-      const rejection = { at: Date.now(), hash, source: offer.source, number, problems };
-      this.#rejected = rejection;
-      return { outcome: "rejected", rejection };
+      return this.#recordRejection({
+        at: Date.now(),
+        hash,
+        source: offer.source,
+        number,
+        problems,
+      });
     }
     const generation: Generation = {
       number,

@@ -125,6 +125,16 @@ export interface EdgeConfig {
 export async function loadConfig(file: string): Promise<EdgeConfig> {
   const source = await readYaml(file);
   if (Array.isArray(source)) throw new ConfigError(source);
+  return resolveConfig(source);
+}
+
+/**
+ * Validates and resolves a parsed bootstrap config file.
+ *
+ * @throws {ConfigError} naming file, field and value of every problem found
+ */
+export function resolveConfig(source: YamlFile): EdgeConfig {
+  const file = source.file;
   const checked = validateFile(BootstrapSchema, source);
   if (!checked.ok) throw new ConfigError(checked.problems);
   const raw = checked.value;

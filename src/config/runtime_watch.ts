@@ -8,11 +8,24 @@
  */
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import { hashTexts } from "./generations.ts";
-import { formatProblem } from "./problems.ts";
+import { type ConfigProblem, formatProblem } from "./problems.ts";
 import { readRuntimeTexts } from "./tenant_files.ts";
 
 /** How often a folder that keeps changing during a read is read again before giving up. */
 const STABLE_READS = 5;
+
+/** One read of a runtime folder: its YAML texts, the set's hash, and what made it unreadable. */
+export interface FolderRead {
+  readonly texts: ReadonlyMap<string, string>;
+  readonly hash: string;
+  readonly problems: readonly ConfigProblem[];
+}
+
+/** Reads the folder's YAML files and hashes them (an edge's local mode). */
+export async function readFolderTexts(dir: string): Promise<FolderRead> {
+  const read = await readRuntimeTexts(dir);
+  return { texts: read.texts, hash: await hashTexts(read.texts), problems: read.problems };
+}
 
 /** A folder reloader: `reload()` on demand, and the watch when started. */
 export interface RuntimeReloader {
@@ -32,20 +45,27 @@ export interface RuntimeReloader {
 export function runtimeReloader(
   dir: string,
   store: ConfigStore,
-  options: { watch: boolean; debounceMs: number; log: (line: string) => void },
+  options: {
+    watch: boolean;
+    debounceMs: number;
+    log: (line: string) => void;
+    /** How to read the folder (default: {@link readFolderTexts}). */
+    read?: (dir: string) => Promise<FolderRead>;
+  },
 ): RuntimeReloader {
   const { log } = options;
+  const readFolder = options.read ?? readFolderTexts;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let watcher: Deno.FsWatcher | undefined;
   let stopped = false;
 
   async function reload(): Promise<OfferOutcome> {
     for (let attempt = 1;; attempt++) {
-      const read = await readRuntimeTexts(dir);
+      const read = await readFolder(dir);
       if (read.problems.length > 0) return report(await store.reject("directory", read.problems));
-      const hash = await hashTexts(read.texts);
-      const again = await readRuntimeTexts(dir);
-      if ((await hashTexts(again.texts)) === hash) {
+      const hash = read.hash;
+      const again = await readFolder(dir);
+      if (again.problems.length === 0 && again.hash === hash) {
         return report(await store.offer({ dir, texts: read.texts, source: "directory", hash }));
       }
       if (attempt === STABLE_READS) {
@@ -57,21 +77,7 @@ export function runtimeReloader(
     }
   }
 
-  function report(outcome: OfferOutcome): OfferOutcome {
-    if (outcome.outcome === "loaded") {
-      const g = outcome.generation;
-      log(
-        `portcullis: config generation ${g.number} loaded from ${dir} ` +
-          `(${g.registry.tenants.length} tenants, ${g.hash.slice(0, 12)})`,
-      );
-    } else if (outcome.outcome === "rejected") {
-      for (const problem of outcome.rejection.problems) {
-        log(`portcullis: config rejected: ${formatProblem(problem)}`);
-      }
-      log(`portcullis: config rejected; generation ${store.current.number} stays live`);
-    }
-    return outcome;
-  }
+  const report = (outcome: OfferOutcome) => reportOutcome(outcome, store, dir, log);
 
   if (options.watch) {
     try {
@@ -103,4 +109,30 @@ export function runtimeReloader(
       } catch { /* closed */ }
     },
   };
+}
+
+/**
+ * Logs what an offer did: the generation loaded, or every problem of a rejected set.
+ *
+ * @param origin where the set came from, for the log line (a folder, or the hub's URL)
+ */
+export function reportOutcome(
+  outcome: OfferOutcome,
+  store: ConfigStore,
+  origin: string,
+  log: (line: string) => void,
+): OfferOutcome {
+  if (outcome.outcome === "loaded") {
+    const g = outcome.generation;
+    log(
+      `portcullis: config generation ${g.number} loaded from ${origin} ` +
+        `(${g.registry.tenants.length} tenants, ${g.hash.slice(0, 12)})`,
+    );
+  } else if (outcome.outcome === "rejected") {
+    for (const problem of outcome.rejection.problems) {
+      log(`portcullis: config rejected: ${formatProblem(problem)}`);
+    }
+    log(`portcullis: config rejected; generation ${store.current.number} stays live`);
+  }
+  return outcome;
 }

@@ -22,6 +22,7 @@ import { PolicyStats } from "../policy/stats.ts";
 import { egressSettings } from "../egress/settings.ts";
 import { ConfigStore } from "../config/generations.ts";
 import { runtimeReloader } from "../config/runtime_watch.ts";
+import { followHub } from "../config/hub_client.ts";
 import { AddressSet } from "../proxy/cidr.ts";
 import { CertStore } from "../tls/certificates.ts";
 import { type StopWatching, watchCertificates } from "../tls/watch.ts";
@@ -110,6 +111,19 @@ export async function startEdge(
       log,
     })
     : undefined;
+  const follower = runtime.kind === "remote"
+    ? followHub(store, {
+      nodeId: plan.config.nodeId,
+      hub: runtime.hub,
+      cacheDir: runtime.cacheDir,
+      log,
+      random: options.random,
+    })
+    : undefined;
+  const stopRuntime = () => {
+    reloader?.stop();
+    follower?.stop();
+  };
 
   const tlsConfig = plan.config.tls;
   const certs = tlsConfig &&
@@ -143,7 +157,12 @@ export async function startEdge(
     state,
     tenants: () => store.registry(),
     config: store,
-    reloadConfig: reloader ? () => reloader.reload() : undefined,
+    reloadConfig: reloader
+      ? () => reloader.reload()
+      : follower
+      ? () => follower.pollNow()
+      : undefined,
+    hubStatus: follower && (() => follower.status()),
     drain: () => drain(),
     egress,
     trusted: AddressSet.of(plan.config.trustedProxies),
@@ -186,7 +205,7 @@ export async function startEdge(
   } catch (error) {
     await Promise.all(listening.map((grant) => closeListener(grant)));
     stopWatching();
-    reloader?.stop();
+    stopRuntime();
     throw new BootError([(error as Error).message]);
   }
   const actual: LaneListener[] = listening.map((grant) => ({
@@ -199,7 +218,7 @@ export async function startEdge(
   if (overlap.length > 0) {
     await Promise.all(listening.map((grant) => closeListener(grant)));
     stopWatching();
-    reloader?.stop();
+    stopRuntime();
     throw new BootError(overlap.map((p) => p.message));
   }
   armed = true;
@@ -236,7 +255,7 @@ export async function startEdge(
   async function shutdown(): Promise<void> {
     state.ready = false;
     stopWatching();
-    reloader?.stop();
+    stopRuntime();
     await Promise.all(listening.map((grant) => closeListener(grant)));
     egress.close();
     resolveFinished();

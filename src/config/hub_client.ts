@@ -1,0 +1,270 @@
+/**
+ * Remote mode: an edge follows its hub's config stream. It asks with the hash of the last set it
+ * received; the hub answers with a snapshot, a delta against that set, or `current` after a hold.
+ * A received set is rebuilt, checked against the hash the hub sent, written to a fresh cache folder
+ * and offered to the store; only a set the store accepts becomes the cache's live generation. On
+ * any failure the live generation stays and the edge asks again after a backoff that doubles from
+ * `backoff_initial_ms` up to `backoff_max_ms` (30 s by default), with jitter.
+ *
+ * @module
+ */
+import { Buffer } from "node:buffer";
+import { commitCache, readCache, stageCache } from "./cache.ts";
+import {
+  type FileSet,
+  hashFileSet,
+  isSafeRelativePath,
+  readFileSet,
+  runtimeTextsOf,
+} from "./file_set.ts";
+import type { ConfigStore, OfferOutcome } from "./generations.ts";
+import type { HubClientConfig } from "./load.ts";
+import { reportOutcome } from "./runtime_watch.ts";
+
+/** The received set the next poll is keyed by. */
+interface Base {
+  readonly hash: string;
+  readonly files: FileSet;
+}
+
+/** A hub answer, as far as the edge reads it. */
+interface Answer {
+  readonly type: "snapshot" | "delta" | "current";
+  readonly generation: number;
+  readonly hash: string;
+  readonly from?: string;
+  readonly files?: Record<string, string>;
+  readonly changed?: Record<string, string>;
+  readonly removed?: string[];
+  readonly hub?: Record<string, unknown>;
+}
+
+/** A running follower. */
+export interface HubFollower {
+  /** Asks the hub now (without a hold) and applies the answer; rejects when the hub is away. */
+  pollNow(): Promise<OfferOutcome>;
+  /** The connection's state, for `/v1/config`. */
+  status(): Record<string, unknown>;
+  /** Stops following (idempotent). */
+  stop(): void;
+}
+
+/** What following needs besides the store. */
+export interface FollowOptions {
+  readonly nodeId: string;
+  readonly hub: HubClientConfig;
+  readonly cacheDir: string;
+  readonly log: (line: string) => void;
+  /** Jitter source (tests inject one). */
+  readonly random?: () => number;
+}
+
+/**
+ * Starts following the hub.
+ *
+ * @param store the edge's generations; its live hash (from the cache, or "" for none) is the
+ *   first `have`
+ */
+export function followHub(store: ConfigStore, options: FollowOptions): HubFollower {
+  const { hub, log, cacheDir } = options;
+  const random = options.random ?? Math.random;
+  let base: Base | undefined;
+  let stopped = false;
+  let failures = 0;
+  let connected = false;
+  let lastError: { at: string; message: string } | undefined;
+  let lastContact: string | undefined;
+  let hubNote: Record<string, unknown> | undefined;
+  let hubGeneration: number | undefined;
+  let retryAt: number | undefined;
+  let client: Deno.HttpClient | undefined;
+  let current: AbortController | undefined;
+  let holding = false;
+  let urgent: { resolve: (o: OfferOutcome) => void; reject: (e: Error) => void }[] = [];
+
+  async function baseFromCache(): Promise<Base | undefined> {
+    const cached = await readCache(cacheDir);
+    if (!cached || cached.hash !== store.current.hash) return undefined;
+    const read = await readFileSet(cached.folder);
+    if (read.problems.length > 0 || await hashFileSet(read.files) !== cached.hash) return undefined;
+    return { hash: cached.hash, files: read.files };
+  }
+
+  async function request(wait: boolean, signal: AbortSignal): Promise<Answer> {
+    const url = new URL("/v1/config/stream", hub.url);
+    url.searchParams.set("node_id", options.nodeId);
+    url.searchParams.set("have", base?.hash ?? "");
+    if (!wait) url.searchParams.set("wait", "0");
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (hub.tokenFile) {
+      headers.authorization = `Bearer ${(await Deno.readTextFile(hub.tokenFile)).trim()}`;
+    }
+    if (hub.tls && !client) {
+      client = Deno.createHttpClient({
+        caCerts: [await Deno.readTextFile(hub.tls.caFile)],
+        cert: await Deno.readTextFile(hub.tls.certFile),
+        key: await Deno.readTextFile(hub.tls.keyFile),
+      });
+    }
+    const response = await fetch(url, {
+      headers,
+      client,
+      signal: AbortSignal.any([signal, AbortSignal.timeout(hub.pollTimeoutMs)]),
+    });
+    const text = await response.text();
+    if (response.status !== 200) {
+      let detail = text.slice(0, 200);
+      try {
+        const error = JSON.parse(text).error;
+        detail = `${error.code}: ${error.message}`;
+      } catch { /* not an envelope */ }
+      throw new Error(`the hub answered ${response.status} (${detail})`);
+    }
+    return JSON.parse(text) as Answer;
+  }
+
+  async function apply(answer: Answer): Promise<OfferOutcome> {
+    hubNote = answer.hub;
+    hubGeneration = answer.generation;
+    if (answer.type === "current" && answer.hash === base?.hash) {
+      return { outcome: "unchanged", generation: store.current };
+    }
+    let files: FileSet;
+    try {
+      files = rebuild(answer, base);
+    } catch (error) {
+      base = undefined;
+      throw error;
+    }
+    const hash = await hashFileSet(files);
+    if (hash !== answer.hash) {
+      base = undefined;
+      throw new Error(
+        `the received set hashes to ${hash.slice(0, 12)}, not ${answer.hash.slice(0, 12)}`,
+      );
+    }
+    base = { hash, files };
+    if (hash === store.current.hash) return { outcome: "unchanged", generation: store.current };
+    const folder = await stageCache(cacheDir, files);
+    const outcome = reportOutcome(
+      await store.offer({ dir: folder, texts: runtimeTextsOf(files), source: "hub", hash }),
+      store,
+      `hub ${hub.url} (hub generation ${answer.generation})`,
+      log,
+    );
+    if (outcome.outcome === "loaded") await commitCache(cacheDir, folder, hash);
+    else await Deno.remove(folder, { recursive: true }).catch(() => {});
+    return outcome;
+  }
+
+  function settleUrgent(result: OfferOutcome | Error): void {
+    const waiting = urgent;
+    urgent = [];
+    for (const w of waiting) result instanceof Error ? w.reject(result) : w.resolve(result);
+  }
+
+  async function sleep(ms: number, signal: AbortSignal): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", done);
+        resolve();
+      }
+      signal.addEventListener("abort", done);
+    });
+  }
+
+  (async () => {
+    base = await baseFromCache().catch(() => undefined);
+    while (!stopped) {
+      current = new AbortController();
+      const wait = urgent.length === 0;
+      holding = wait;
+      try {
+        const answer = await request(wait, current.signal);
+        holding = false;
+        if (!connected) log(`portcullis: hub ${hub.url} connected`);
+        connected = true;
+        failures = 0;
+        retryAt = undefined;
+        lastContact = new Date().toISOString();
+        const outcome = await apply(answer);
+        if (!wait) settleUrgent(outcome);
+      } catch (error) {
+        holding = false;
+        if (stopped) break;
+        if (current.signal.aborted && urgent.length > 0 && wait) continue;
+        const message = describe(error);
+        if (connected || failures === 0) log(`portcullis: hub ${hub.url}: ${message}; retrying`);
+        connected = false;
+        lastError = { at: new Date().toISOString(), message };
+        failures++;
+        client?.close();
+        client = undefined;
+        settleUrgent(new Error(`The hub could not be reached: ${message}`));
+        const cap = Math.min(
+          hub.backoffMaxMs,
+          hub.backoffInitialMs * 2 ** Math.min(failures - 1, 30),
+        );
+        const delay = Math.round(cap / 2 + random() * cap / 2);
+        retryAt = Date.now() + delay;
+        await sleep(delay, current.signal);
+      }
+    }
+    client?.close();
+    settleUrgent(new Error("The edge stopped following the hub"));
+  })();
+
+  return {
+    pollNow() {
+      if (stopped) return Promise.reject(new Error("The edge stopped following the hub"));
+      return new Promise<OfferOutcome>((resolve, reject) => {
+        urgent.push({ resolve, reject });
+        if (holding || retryAt !== undefined) current?.abort();
+      });
+    },
+    status() {
+      return {
+        url: hub.url,
+        auth: hub.tls ? "mutual TLS" : "token",
+        connected,
+        last_contact: lastContact ?? null,
+        last_error: lastError ?? null,
+        failures,
+        retry_at: retryAt === undefined ? null : new Date(retryAt).toISOString(),
+        received_hash: base?.hash ?? null,
+        hub_generation: hubGeneration ?? null,
+        hub: hubNote ?? null,
+      };
+    },
+    stop() {
+      stopped = true;
+      current?.abort();
+    },
+  };
+}
+
+/** The file set an answer describes, from the answer and the set it is a delta against. */
+function rebuild(answer: Answer, base: Base | undefined): FileSet {
+  if (answer.type === "current") throw new Error("the hub's current set is not the one held");
+  if (answer.type === "delta" && answer.from !== base?.hash) {
+    throw new Error("the hub sent a delta against a set this edge does not hold");
+  }
+  const files = new Map(answer.type === "delta" ? base!.files : []);
+  for (const name of answer.removed ?? []) files.delete(name);
+  for (const [name, data] of Object.entries(answer.files ?? answer.changed ?? {})) {
+    if (!isSafeRelativePath(name)) {
+      throw new Error(`the hub sent an unsafe path ${JSON.stringify(name)}`);
+    }
+    files.set(name, new Uint8Array(Buffer.from(data, "base64")));
+  }
+  return files;
+}
+
+function describe(error: unknown): string {
+  if (error instanceof DOMException && error.name === "TimeoutError") return "no answer in time";
+  const inner = error instanceof Error && error.cause instanceof Error ? error.cause : error;
+  const message = inner instanceof Error ? inner.message : String(inner);
+  return message.replace(/^error sending request for url \([^)]*\): /, "");
+}

@@ -1,0 +1,163 @@
+/**
+ * Loading a hub config: parse, validate, resolve paths against the file's folder, and check the
+ * listener rules before anything binds — the API and health listeners pairwise distinct, health on
+ * loopback, and exactly one way for nodes to authenticate (mutual TLS or token files).
+ *
+ * @module
+ */
+import { dirname, join, normalize } from "node:path";
+import { isLoopback, overlaps } from "../boot/distinct.ts";
+import type { Grant } from "../boot/flags.ts";
+import { CODE_GRANTS } from "../boot/flags.ts";
+import type { ListenerConfig } from "../config/bootstrap.ts";
+import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import { ConfigError, type ConfigProblem } from "../config/problems.ts";
+import { validateFile } from "../config/validate.ts";
+import type { YamlFile } from "../config/yaml_file.ts";
+import { HubConfigSchema } from "./schema.ts";
+
+/** A hub config, validated and resolved. */
+export interface HubConfig {
+  readonly file: string;
+  readonly nodeId: string;
+  readonly runtimeDir: string;
+  readonly watch: boolean;
+  readonly debounceMs: number;
+  readonly api: {
+    readonly listen: readonly ListenerAddress[];
+    readonly tls?: {
+      readonly certFile: string;
+      readonly keyFile: string;
+      readonly clientCaFile: string;
+    };
+    readonly tokensDir?: string;
+    /** Nodes allowed to follow; undefined allows every node that authenticates. */
+    readonly nodes?: readonly string[];
+  };
+  readonly health: readonly ListenerAddress[];
+  readonly holdMs: number;
+  readonly history: number;
+  readonly timeouts: { readonly headerMs: number; readonly idleMs: number };
+}
+
+/** The listener kinds of a hub, as diagnostics name them. */
+export type HubListenerRole = "api" | "health";
+
+/** True when a parsed YAML file says `role: hub`. */
+export function isHubFile(source: YamlFile): boolean {
+  const value = source.value as Record<string, unknown> | null;
+  return typeof value === "object" && value !== null && value.role === "hub";
+}
+
+/**
+ * Validates and resolves a parsed hub config file.
+ *
+ * @throws {ConfigError} naming file, field and value of every problem found
+ */
+export function resolveHubConfig(source: YamlFile): HubConfig {
+  const checked = validateFile(HubConfigSchema, source);
+  if (!checked.ok) throw new ConfigError(checked.problems);
+  const raw = checked.value;
+  const file = source.file;
+  const base = dirname(file);
+  const resolve = (path: string) => normalize(path.startsWith("/") ? path : join(base, path));
+  const address = (listener: ListenerConfig): ListenerAddress =>
+    "path" in listener
+      ? { kind: "unix", path: resolve(listener.path) }
+      : { kind: "tcp", hostname: listener.hostname, port: listener.port };
+  const problems: ConfigProblem[] = [];
+  const problem = (path: (string | number)[], message: string, value?: unknown) =>
+    problems.push({ file, path, value, message, at: source.locate(path) });
+
+  const { tls, tokens_dir: tokensDir } = raw.api;
+  if (!tls && tokensDir === undefined) {
+    problem(
+      ["api"],
+      "Nodes must authenticate: set api.tls (mutual TLS) or api.tokens_dir (one token per node)",
+    );
+  }
+  if (tls && tokensDir !== undefined) {
+    problem(
+      ["api", "tokens_dir"],
+      "With api.tls nodes authenticate by certificate; drop tokens_dir",
+    );
+  }
+  const listeners: { role: HubListenerRole; index: number; address: ListenerAddress }[] = [
+    ...raw.api.listen.map((l, index) => ({ role: "api" as const, index, address: address(l) })),
+    ...(raw.health?.listen ?? []).map((l, index) => ({
+      role: "health" as const,
+      index,
+      address: address(l),
+    })),
+  ];
+  for (const [i, a] of listeners.entries()) {
+    if (a.role === "health" && a.address.kind === "tcp" && !isLoopback(a.address.hostname)) {
+      problem(
+        ["health", "listen", a.index, "hostname"],
+        "The health listener serves reloads and node status: bind it to loopback or a Unix socket",
+        a.address.hostname,
+      );
+    }
+    for (const b of listeners.slice(i + 1)) {
+      if (overlaps(a.address, b.address)) {
+        problem(
+          [b.role, "listen", b.index],
+          `Overlaps ${a.role}.listen[${a.index}] (${formatAddress(a.address)}): each listener ` +
+            "must be its own socket",
+          formatAddress(b.address),
+        );
+      }
+    }
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  return {
+    file,
+    nodeId: raw.node_id,
+    runtimeDir: resolve(raw.runtime_dir),
+    watch: raw.runtime.watch,
+    debounceMs: raw.runtime.debounce_ms,
+    api: {
+      listen: listeners.filter((l) => l.role === "api").map((l) => l.address),
+      tls: tls && {
+        certFile: resolve(tls.cert_file),
+        keyFile: resolve(tls.key_file),
+        clientCaFile: resolve(tls.client_ca_file),
+      },
+      tokensDir: tokensDir === undefined ? undefined : resolve(tokensDir),
+      nodes: raw.api.nodes,
+    },
+    health: listeners.filter((l) => l.role === "health").map((l) => l.address),
+    holdMs: raw.stream.hold_ms,
+    history: raw.stream.history,
+    timeouts: { headerMs: raw.timeouts.header_ms, idleMs: raw.timeouts.idle_ms },
+  };
+}
+
+/**
+ * Every permission a hub needs: net for its listeners, read for its config, runtime folder and
+ * credentials. No write, no outbound net, no env, no run.
+ */
+export function hubGrants(config: HubConfig): Grant[] {
+  const grants: Grant[] = [];
+  const listeners: [string, ListenerAddress][] = [
+    ...config.api.listen.map((a): [string, ListenerAddress] => ["hub api listener", a]),
+    ...config.health.map((a): [string, ListenerAddress] => ["hub health listener", a]),
+  ];
+  for (const [purpose, address] of listeners) {
+    grants.push({ name: "net", value: formatAddress(address), purpose });
+    if (address.kind === "unix") {
+      grants.push({ name: "read", value: address.path, purpose });
+      grants.push({ name: "write", value: address.path, purpose });
+    }
+  }
+  grants.push({ name: "read", value: config.file, purpose: "config file" });
+  grants.push({ name: "read", value: config.runtimeDir, purpose: "runtime folder" });
+  const tls = config.api.tls;
+  for (const file of tls ? [tls.certFile, tls.keyFile, tls.clientCaFile] : []) {
+    grants.push({ name: "read", value: file, purpose: "hub TLS files" });
+  }
+  if (config.api.tokensDir) {
+    grants.push({ name: "read", value: config.api.tokensDir, purpose: "node tokens folder" });
+  }
+  return [...grants, ...CODE_GRANTS];
+}

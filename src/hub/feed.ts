@@ -1,0 +1,190 @@
+/**
+ * The hub's side of the config stream: the file sets of recent generations, and the answer to one
+ * long poll. A node says which set it has (`have`, a hash); it gets the whole live set (a
+ * snapshot) when the hub does not know that hash, the changed and removed files (a delta) when it
+ * does, and otherwise its request is held until something changes or the hold ends (`current`).
+ * Every answer carries the hub's last rejection, so a bad push is visible on the edges too.
+ *
+ * @module
+ */
+import { Buffer } from "node:buffer";
+import type { FileSet } from "../config/file_set.ts";
+import { type ConfigStatus, configStatus, type ConfigStore } from "../config/generations.ts";
+import { formatPath } from "../config/problems.ts";
+
+/** One generation the hub can answer from. */
+interface Published {
+  readonly number: number;
+  readonly hash: string;
+  readonly files: FileSet;
+}
+
+/** What every answer says about the hub itself. */
+export interface HubNote {
+  readonly node_id: string;
+  readonly generation: number;
+  readonly loaded_at: string;
+  readonly last_rejected: ConfigStatus["last_rejected"];
+}
+
+/** One answer of `GET /v1/config/stream`. Files are base64. */
+export type StreamAnswer =
+  | {
+    readonly type: "snapshot";
+    readonly generation: number;
+    readonly hash: string;
+    readonly files: Record<string, string>;
+    readonly hub: HubNote;
+  }
+  | {
+    readonly type: "delta";
+    readonly from: string;
+    readonly generation: number;
+    readonly hash: string;
+    readonly changed: Record<string, string>;
+    readonly removed: string[];
+    readonly hub: HubNote;
+  }
+  | {
+    readonly type: "current";
+    readonly generation: number;
+    readonly hash: string;
+    readonly hub: HubNote;
+  };
+
+/** The published generations of one hub, newest last. */
+export class ConfigFeed {
+  readonly #store: ConfigStore;
+  readonly #nodeId: string;
+  readonly #keep: number;
+  readonly #history: Published[] = [];
+  /** File sets read but not yet validated, by hash (see {@link ConfigFeed.stage}). */
+  readonly #staged = new Map<string, FileSet>();
+  readonly #waiters = new Set<() => void>();
+
+  /**
+   * @param store the hub's generations (the live one must already be staged or given as `first`)
+   * @param first the live generation's files
+   * @param options the hub's node id, and how many generations to keep for deltas
+   */
+  constructor(store: ConfigStore, first: FileSet, options: { nodeId: string; history: number }) {
+    this.#store = store;
+    this.#nodeId = options.nodeId;
+    this.#keep = options.history;
+    this.#history.push({ number: store.current.number, hash: store.current.hash, files: first });
+    store.onSwap((generation) => {
+      const files = this.#staged.get(generation.hash);
+      this.#staged.clear();
+      if (!files) return;
+      this.#history.push({ number: generation.number, hash: generation.hash, files });
+      if (this.#history.length > this.#keep) this.#history.shift();
+      this.#wake();
+    });
+    store.onReject(() => {
+      this.#staged.clear();
+      this.#wake();
+    });
+  }
+
+  /** Keeps a freshly read file set until the store decides about it. */
+  stage(hash: string, files: FileSet): void {
+    this.#staged.set(hash, files);
+  }
+
+  /** The live generation's number and hash. */
+  get live(): { readonly number: number; readonly hash: string } {
+    return this.#history[this.#history.length - 1];
+  }
+
+  /** Requests held right now. */
+  get waiting(): number {
+    return this.#waiters.size;
+  }
+
+  /**
+   * Answers one poll.
+   *
+   * @param have the hash the node holds ("" for none)
+   * @param holdMs how long to hold a node that is current (0 answers at once)
+   * @param signal ends the hold early (the node went away, or the hub is stopping)
+   */
+  async answer(have: string, holdMs: number, signal?: AbortSignal): Promise<StreamAnswer> {
+    if (have !== "" && have === this.live.hash && holdMs > 0 && !signal?.aborted) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          this.#waiters.delete(done);
+          signal?.removeEventListener("abort", done);
+          resolve();
+        };
+        const timer = setTimeout(done, holdMs);
+        this.#waiters.add(done);
+        signal?.addEventListener("abort", done);
+      });
+    }
+    return this.#answerNow(have);
+  }
+
+  #answerNow(have: string): StreamAnswer {
+    const live = this.#history[this.#history.length - 1];
+    const hub = this.#note();
+    if (have === live.hash) {
+      return { type: "current", generation: live.number, hash: live.hash, hub };
+    }
+    const base = this.#history.find((p) => p.hash === have);
+    if (!base) {
+      return {
+        type: "snapshot",
+        generation: live.number,
+        hash: live.hash,
+        files: encodeFiles(live.files, [...live.files.keys()]),
+        hub,
+      };
+    }
+    const changed = [...live.files.keys()].filter((name) => {
+      const before = base.files.get(name);
+      return !before || !sameBytes(before, live.files.get(name)!);
+    });
+    const removed = [...base.files.keys()].filter((name) => !live.files.has(name));
+    return {
+      type: "delta",
+      from: have,
+      generation: live.number,
+      hash: live.hash,
+      changed: encodeFiles(live.files, changed),
+      removed,
+      hub,
+    };
+  }
+
+  #note(): HubNote {
+    const status = configStatus(this.#store, (p) => formatPath(p.path));
+    return {
+      node_id: this.#nodeId,
+      generation: status.generation,
+      loaded_at: status.loaded_at,
+      last_rejected: status.last_rejected,
+    };
+  }
+
+  #wake(): void {
+    for (const waiter of [...this.#waiters]) waiter();
+  }
+
+  /** Releases every held request (they are answered `current`). */
+  close(): void {
+    this.#wake();
+  }
+}
+
+function encodeFiles(files: FileSet, names: readonly string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of names) out[name] = Buffer.from(files.get(name)!).toString("base64");
+  return out;
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.byteLength !== b.byteLength) return false;
+  for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false;
+  return true;
+}

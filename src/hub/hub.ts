@@ -1,0 +1,375 @@
+/**
+ * The hub role: serves one runtime folder to edges as a config stream. The folder is validated the
+ * way an edge validates it (every tenant, every policy, host uniqueness, backend URLs) before it
+ * becomes a generation; an invalid change is rejected, recorded and shown to every edge, and the
+ * last good generation keeps being served.
+ *
+ * Two kinds of listener, proven distinct after binding and armed only then: `api` (the edges'
+ * stream, each node authenticated) and `health` (loopback: status, nodes, reload). Each answers only
+ * its own routes.
+ *
+ * @module
+ */
+import http from "node:http";
+import https from "node:https";
+import type { AddressInfo, Server, Socket } from "node:net";
+import { overlaps } from "../boot/distinct.ts";
+import { clearStaleSocket } from "../boot/unix_socket.ts";
+import { type FileSet, hashFileSet, readFileSet, runtimeTextsOf } from "../config/file_set.ts";
+import { configStatus, ConfigStore, type OfferOutcome } from "../config/generations.ts";
+import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.ts";
+import { type FolderRead, runtimeReloader } from "../config/runtime_watch.ts";
+import { describeIoError } from "../config/yaml_file.ts";
+import { buildRegistry } from "../proxy/tenants.ts";
+import { certificateAuth, NODE_ID, type NodeAuthenticator, tokenAuth } from "./auth.ts";
+import type { HubConfig, HubListenerRole } from "./config.ts";
+import { ConfigFeed } from "./feed.ts";
+
+/** What the hub knows about one node that follows it. */
+export interface NodeRecord {
+  readonly node_id: string;
+  /** When its last poll arrived. */
+  last_seen: string;
+  /** The hash it said it had. */
+  have: string;
+  /** The generation it was last sent (or told is current). */
+  served_generation: number;
+  /** A poll of it is held right now. */
+  holding: boolean;
+  polls: number;
+}
+
+/** A running hub. */
+export interface Hub {
+  readonly store: ConfigStore;
+  readonly feed: ConfigFeed;
+  readonly listeners: readonly { role: HubListenerRole; address: string }[];
+  readonly nodes: ReadonlyMap<string, NodeRecord>;
+  /** Reads the folder now. */
+  reload(): Promise<OfferOutcome>;
+  /** Releases held polls, closes every listener. */
+  close(): Promise<void>;
+  readonly finished: Promise<void>;
+}
+
+/** Refused at boot: the folder is invalid, a file cannot be read, or a listener cannot bind. */
+export class HubBootError extends Error {
+  readonly reasons: readonly string[];
+  constructor(reasons: readonly string[]) {
+    super(reasons.join("\n"));
+    this.name = "HubBootError";
+    this.reasons = reasons;
+  }
+}
+
+interface BoundServer {
+  readonly role: HubListenerRole;
+  readonly address: ListenerAddress;
+  readonly server: Server;
+  readonly sockets: Set<Socket>;
+}
+
+/**
+ * Boots a hub.
+ *
+ * @throws {ConfigError} when the runtime folder is not a valid generation
+ * @throws {HubBootError} when a credential file cannot be read or a listener cannot bind
+ */
+export async function startHub(
+  config: HubConfig,
+  options: { readonly log?: (line: string) => void } = {},
+): Promise<Hub> {
+  const log = options.log ?? ((line: string) => console.error(line));
+  const first = await readStable(config.runtimeDir);
+  if (first.problems.length > 0) throw new ConfigError(first.problems);
+  const texts = runtimeTextsOf(first.files);
+  const built = await buildRegistry(config.runtimeDir, texts);
+  if (!built.registry) throw new ConfigError(built.problems);
+  const store = new ConfigStore({
+    number: 1,
+    hash: first.hash,
+    loadedAt: Date.now(),
+    source: "directory",
+    registry: built.registry,
+    texts,
+  });
+  const feed = new ConfigFeed(store, first.files, {
+    nodeId: config.nodeId,
+    history: config.history,
+  });
+  const readForFeed = async (dir: string): Promise<FolderRead> => {
+    const read = await readFileSet(dir);
+    const hash = await hashFileSet(read.files);
+    if (read.problems.length === 0) feed.stage(hash, read.files);
+    return { texts: runtimeTextsOf(read.files), hash, problems: read.problems };
+  };
+  const reloader = runtimeReloader(config.runtimeDir, store, {
+    watch: config.watch,
+    debounceMs: config.debounceMs,
+    log,
+    read: readForFeed,
+  });
+
+  let authenticate: NodeAuthenticator;
+  let tlsOptions: https.ServerOptions | undefined;
+  try {
+    if (config.api.tls) {
+      const { certFile, keyFile, clientCaFile } = config.api.tls;
+      tlsOptions = {
+        cert: await Deno.readTextFile(certFile),
+        key: await Deno.readTextFile(keyFile),
+        ca: await Deno.readTextFile(clientCaFile),
+        requestCert: true,
+        rejectUnauthorized: true,
+        minVersion: "TLSv1.2",
+      };
+      authenticate = certificateAuth();
+    } else {
+      authenticate = tokenAuth(config.api.tokensDir!);
+    }
+  } catch (error) {
+    reloader.stop();
+    throw new HubBootError([`Cannot read the hub's TLS files: ${describeIoError(error)}`]);
+  }
+
+  const nodes = new Map<string, NodeRecord>();
+  let armed = false;
+  const stopping = new AbortController();
+  const status = () => ({
+    node_id: config.nodeId,
+    ...configStatus(store, (p) => formatPath(p.path)),
+    held_polls: feed.waiting,
+    nodes: [...nodes.values()],
+  });
+
+  const api = async (request: http.IncomingMessage, response: http.ServerResponse) => {
+    const url = new URL(request.url ?? "/", "http://hub");
+    if (url.pathname === "/healthz" && isRead(request)) {
+      return send(response, 200, { status: "ok" });
+    }
+    if (url.pathname !== "/v1/config/stream") return refuseRoute(response, "api");
+    if (!isRead(request)) return send(response, 405, envelope("method_not_allowed", "Use GET"));
+    const nodeId = url.searchParams.get("node_id") ?? "";
+    if (!NODE_ID.test(nodeId)) {
+      return send(response, 400, envelope("bad_node_id", "node_id must be a node id"));
+    }
+    const auth = await authenticate(request, nodeId);
+    if (!auth.ok) return send(response, auth.status, envelope(auth.code, auth.message));
+    if (config.api.nodes && !config.api.nodes.includes(nodeId)) {
+      return send(response, 403, envelope("node_not_allowed", "This node may not follow the hub"));
+    }
+    const have = url.searchParams.get("have") ?? "";
+    const hold = url.searchParams.get("wait") === "0" ? 0 : config.holdMs;
+    const record = nodes.get(nodeId) ??
+      { node_id: nodeId, last_seen: "", have: "", served_generation: 0, holding: false, polls: 0 };
+    nodes.set(nodeId, record);
+    Object.assign(record, { last_seen: new Date().toISOString(), have, holding: true });
+    record.polls++;
+    const gone = new AbortController();
+    const onClose = () => gone.abort();
+    response.once("close", onClose);
+    const answer = await feed.answer(have, hold, AbortSignal.any([gone.signal, stopping.signal]));
+    response.off("close", onClose);
+    record.holding = false;
+    record.served_generation = answer.generation;
+    if (!gone.signal.aborted) send(response, 200, answer);
+  };
+
+  const health = async (request: http.IncomingMessage, response: http.ServerResponse) => {
+    const path = new URL(request.url ?? "/", "http://hub").pathname;
+    if (path === "/healthz" && isRead(request)) return send(response, 200, { status: "ok" });
+    if (path === "/v1/config" && isRead(request)) return send(response, 200, status());
+    if (path === "/v1/nodes" && isRead(request)) {
+      return send(response, 200, { nodes: [...nodes.values()] });
+    }
+    if (path === "/v1/config/reload" && request.method === "POST") {
+      const outcome = await reloader.reload();
+      return send(response, outcome.outcome === "rejected" ? 422 : 200, {
+        outcome: outcome.outcome,
+        ...status(),
+      });
+    }
+    return refuseRoute(response, "health");
+  };
+
+  const servers: BoundServer[] = [
+    ...config.api.listen.map((address) => makeServer("api", address, api, config, tlsOptions)),
+    ...config.health.map((address) => makeServer("health", address, health, config)),
+  ];
+  for (const bound of servers) {
+    bound.server.on("connection", (socket: Socket) => {
+      if (!armed) return socket.destroy();
+      bound.sockets.add(socket);
+      socket.once("close", () => bound.sockets.delete(socket));
+    });
+  }
+  const listening: BoundServer[] = [];
+  const closeAll = () => Promise.all(listening.map(closeServer));
+  try {
+    for (const bound of servers) {
+      await bind(bound);
+      listening.push(bound);
+    }
+  } catch (error) {
+    await closeAll();
+    reloader.stop();
+    throw new HubBootError([(error as Error).message]);
+  }
+  const actual = listening.map((bound) => ({ role: bound.role, address: actualAddress(bound) }));
+  const clash = actual.flatMap((a, i) =>
+    actual.slice(i + 1).filter((b) => overlaps(a.address, b.address)).map((b) =>
+      `The ${a.role} listener ${formatAddress(a.address)} overlaps the ${b.role} listener ` +
+      formatAddress(b.address)
+    )
+  );
+  if (clash.length > 0) {
+    await closeAll();
+    reloader.stop();
+    throw new HubBootError(clash);
+  }
+  armed = true;
+  for (const { role, address } of actual) {
+    const tls = role === "api" && tlsOptions ? " (mutual TLS)" : role === "api" ? " (tokens)" : "";
+    log(`portcullis: hub ${role} listening on ${formatAddress(address)}${tls}`);
+  }
+
+  let resolveFinished!: () => void;
+  const finished = new Promise<void>((resolve) => resolveFinished = resolve);
+  let closing: Promise<void> | undefined;
+  return {
+    store,
+    feed,
+    nodes,
+    listeners: actual.map(({ role, address }) => ({ role, address: formatAddress(address) })),
+    reload: () => reloader.reload(),
+    close() {
+      closing ??= (async () => {
+        reloader.stop();
+        stopping.abort();
+        feed.close();
+        await closeAll();
+        resolveFinished();
+      })();
+      return closing;
+    },
+    finished,
+  };
+}
+
+/** Reads the folder until two reads in a row agree (a folder mid-edit is read again). */
+async function readStable(
+  dir: string,
+): Promise<{ files: FileSet; hash: string; problems: ConfigProblem[] }> {
+  for (let attempt = 1;; attempt++) {
+    const read = await readFileSet(dir);
+    if (read.problems.length > 0) return { files: read.files, hash: "", problems: read.problems };
+    const hash = await hashFileSet(read.files);
+    const again = await readFileSet(dir);
+    if (again.problems.length === 0 && await hashFileSet(again.files) === hash) {
+      return { files: read.files, hash, problems: [] };
+    }
+    if (attempt === 5) {
+      const message = "The folder kept changing while it was read (5 times)";
+      return { files: read.files, hash, problems: [{ file: dir, path: [], message }] };
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+function makeServer(
+  role: HubListenerRole,
+  address: ListenerAddress,
+  handler: (request: http.IncomingMessage, response: http.ServerResponse) => Promise<void>,
+  config: HubConfig,
+  tls?: https.ServerOptions,
+): BoundServer {
+  const onRequest = (request: http.IncomingMessage, response: http.ServerResponse) => {
+    handler(request, response).catch((error) => {
+      if (!response.headersSent) {
+        send(response, 500, envelope("internal", "The hub could not answer"));
+      } else response.destroy();
+      console.error(`portcullis: hub ${role} request failed: ${error}`);
+    });
+  };
+  const server = tls ? https.createServer(tls, onRequest) : http.createServer(onRequest);
+  server.headersTimeout = config.timeouts.headerMs;
+  server.requestTimeout = config.timeouts.headerMs;
+  server.keepAliveTimeout = config.timeouts.idleMs;
+  server.maxHeadersCount = 100;
+  return { role, address, server, sockets: new Set() };
+}
+
+async function bind(bound: BoundServer): Promise<void> {
+  const { address, server } = bound;
+  const what = `Cannot bind the hub ${bound.role} listener on ${formatAddress(address)}`;
+  if (address.kind === "unix") {
+    const busy = await clearStaleSocket(address.path);
+    if (busy) throw new Error(`${what}: ${busy}`);
+  }
+  await new Promise<void>((resolve, reject) => {
+    const fail = (error: NodeJS.ErrnoException) => {
+      const reason = error.code === "EADDRINUSE"
+        ? "address already in use"
+        : error.name === "NotCapable"
+        ? "not granted by --allow-net"
+        : error.message;
+      reject(new Error(`${what}: ${reason}`));
+    };
+    server.once("error", fail);
+    const ready = () => {
+      server.off("error", fail);
+      resolve();
+    };
+    try {
+      if (address.kind === "unix") server.listen({ path: address.path }, ready);
+      else server.listen({ host: address.hostname, port: address.port, exclusive: true }, ready);
+    } catch (error) {
+      fail(error as NodeJS.ErrnoException);
+    }
+  });
+}
+
+function actualAddress(bound: BoundServer): ListenerAddress {
+  const info = bound.server.address();
+  if (bound.address.kind === "unix" || info === null || typeof info === "string") {
+    return bound.address;
+  }
+  return { kind: "tcp", hostname: (info as AddressInfo).address, port: (info as AddressInfo).port };
+}
+
+function closeServer(bound: BoundServer): Promise<void> {
+  return new Promise((resolve) => {
+    bound.server.close(async () => {
+      if (bound.address.kind === "unix") await Deno.remove(bound.address.path).catch(() => {});
+      resolve();
+    });
+    for (const socket of bound.sockets) socket.destroy();
+  });
+}
+
+function isRead(request: http.IncomingMessage): boolean {
+  return request.method === "GET" || request.method === "HEAD";
+}
+
+function envelope(code: string, message: string): { error: { code: string; message: string } } {
+  return { error: { code, message } };
+}
+
+function refuseRoute(response: http.ServerResponse, role: HubListenerRole): void {
+  send(
+    response,
+    404,
+    envelope("route_not_allowed", `This route is not served on the hub's ${role} listener`),
+  );
+}
+
+function send(response: http.ServerResponse, status: number, value: unknown): void {
+  const body = JSON.stringify(value);
+  response.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": String(new TextEncoder().encode(body).byteLength),
+    "cache-control": "no-store",
+  });
+  response.end(body);
+}

@@ -1,0 +1,74 @@
+/**
+ * The hub's config file (`hub.yaml`). It says `role: hub` so `check` and `flags` can tell it from an
+ * edge's bootstrap config. Unknown keys are errors, as in every Portcullis file.
+ *
+ * @module
+ */
+import * as v from "valibot";
+import { Listener } from "../config/bootstrap.ts";
+import { Text, wholeNumber } from "../config/fields.ts";
+
+const NodeId = v.pipe(
+  v.string("Expected text"),
+  v.regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "Expected 1-63 letters, digits, '.', '_' or '-'"),
+);
+
+const Listeners = v.pipe(
+  v.array(Listener, "Expected a list of listeners"),
+  v.minLength(1, "Expected at least one listener"),
+);
+
+/** The edge-facing API: the config stream, authenticated per node. */
+const Api = v.strictObject({
+  listen: Listeners,
+  /** Mutual TLS: the hub's certificate, and the CA that signs edges' client certificates. */
+  tls: v.optional(v.strictObject({
+    cert_file: Text,
+    key_file: Text,
+    /** Client certificates must chain to this CA and carry the node id as their CN. */
+    client_ca_file: Text,
+  })),
+  /** Without TLS: `<node_id>.token` per node in this folder, sent as `Authorization: Bearer`. */
+  tokens_dir: v.optional(Text),
+  /** Only these nodes may follow the stream (default: any node that authenticates). */
+  nodes: v.optional(v.array(NodeId, "Expected a list of node ids")),
+});
+
+/** The hub config schema. */
+export const HubConfigSchema = v.strictObject({
+  /** Marks the file as a hub's. */
+  role: v.literal("hub", 'Expected "hub"'),
+  node_id: NodeId,
+  /** The runtime folder served to edges: `globals.yaml`, one file per tenant, body files. */
+  runtime_dir: Text,
+  /** Reload the folder when it changes. */
+  runtime: v.optional(
+    v.strictObject({
+      watch: v.optional(v.boolean("Expected true or false"), true),
+      debounce_ms: v.optional(wholeNumber(10, 60_000), 250),
+    }),
+    {},
+  ),
+  api: Api,
+  /** Local operations (`/healthz`, `/v1/config`, `/v1/nodes`, reload): loopback only. */
+  health: v.optional(v.strictObject({ listen: Listeners })),
+  stream: v.optional(
+    v.strictObject({
+      /** How long a stream request with nothing new is held before it is answered `current`. */
+      hold_ms: v.optional(wholeNumber(100, 300_000), 25_000),
+      /** Generations kept to answer with a delta (older `have` hashes get a snapshot). */
+      history: v.optional(wholeNumber(1, 1000), 32),
+    }),
+    {},
+  ),
+  timeouts: v.optional(
+    v.strictObject({
+      header_ms: v.optional(wholeNumber(100, 600_000), 10_000),
+      idle_ms: v.optional(wholeNumber(100, 3_600_000), 30_000),
+    }),
+    {},
+  ),
+});
+
+/** The hub config as validated (defaults applied, paths as written). */
+export type HubConfigInput = v.InferOutput<typeof HubConfigSchema>;
