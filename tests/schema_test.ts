@@ -50,10 +50,18 @@ Deno.test("schema/*.json are what `deno task schema` writes from the valibot sch
   }
 });
 
-Deno.test("config.schema.json accepts deploy/example/config.yaml", async () => {
-  const validate = await validatorOf("config.schema.json");
-  const example = parse(await Deno.readTextFile(new URL("config.yaml", EXAMPLE)));
-  assert.deepEqual(errorsOf(validate, example), []);
+Deno.test("the example edge, remote edge and hub configs match their schemas", async () => {
+  for (
+    const [file, schema] of [
+      ["config.yaml", "config.schema.json"],
+      ["remote-edge.yaml", "config.schema.json"],
+      ["hub.yaml", "hub.schema.json"],
+    ]
+  ) {
+    const validate = await validatorOf(schema);
+    const example = parse(await Deno.readTextFile(new URL(file, EXAMPLE)));
+    assert.deepEqual(errorsOf(validate, example), [], file);
+  }
 });
 
 Deno.test("tenant and globals schemas accept every file in deploy/example/tenants", async () => {

@@ -1,0 +1,98 @@
+/**
+ * The command line for hubs, remote edges and runtime folders: `check` and `flags` on a hub config,
+ * `check` on a folder, the verbs refused on the wrong kind of file, and the `deno.json` tasks that
+ * run the example hub and remote edge under exactly their derived flags.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { READ_ONLY, runCli } from "./fixtures/gateway.ts";
+import { tenantsDir } from "./fixtures/config_files.ts";
+
+const ROOT = new URL("../", import.meta.url).pathname;
+
+/** Runs the CLI from the repository root, so paths print as the README shows them. */
+async function cli(args: string[]) {
+  const before = Deno.cwd();
+  Deno.chdir(ROOT);
+  try {
+    return await runCli(READ_ONLY, args);
+  } finally {
+    Deno.chdir(before);
+  }
+}
+
+Deno.test("cli check: a hub config is validated with its runtime folder", async () => {
+  const result = await cli(["check", "deploy/example/hub.yaml"]);
+  assert.equal(result.code, 0, result.stderr);
+  const lines = result.stdout.trim().split("\n");
+  assert.equal(lines[0], "portcullis: deploy/example/hub.yaml is valid");
+  assert.ok(
+    lines.includes("  api: 127.0.0.1:9443 (tokens in deploy/example/tokens)"),
+    result.stdout,
+  );
+  assert.match(
+    result.stdout,
+    /runtime folder deploy\/example\/tenants: 1 tenants, 2 files, hash [0-9a-f]{12}/,
+  );
+  assert.match(result.stdout, /^ {4}demo\.localhost$/m);
+});
+
+Deno.test("cli flags: the example hub and remote edge tasks carry exactly the derived flags", async () => {
+  const tasks = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json"))).tasks;
+  for (
+    const [task, config] of [["hub", "deploy/example/hub.yaml"], [
+      "start:remote",
+      "deploy/example/remote-edge.yaml",
+    ]]
+  ) {
+    const result = await cli(["flags", config]);
+    assert.equal(result.code, 0, result.stderr);
+    const flags = (tasks[task] as string).split(/\s+/).filter((token) =>
+      /^--(allow|deny|ignore)-/.test(token)
+    );
+    assert.equal(flags.join(" "), result.stdout.trim(), `task "${task}"`);
+  }
+  const hub = (await cli(["flags", "deploy/example/hub.yaml"])).stdout.trim();
+  assert.equal(
+    hub,
+    "--allow-net=127.0.0.1:9443,127.0.0.1:9444 " +
+      "--allow-read=deploy/example/hub.yaml,deploy/example/tenants,deploy/example/tokens " +
+      "--ignore-env=LOG_STREAM,LOG_TOKENS",
+  );
+  const remote = (await cli(["flags", "deploy/example/remote-edge.yaml"])).stdout.trim();
+  assert.match(remote, /^--allow-net=127\.0\.0\.1:8081,127\.0\.0\.1:9911,127\.0\.0\.1:9443 /);
+  assert.match(remote, / --allow-write=deploy\/example\/cache /);
+});
+
+Deno.test("cli check: a runtime folder alone is validated, every problem named", async () => {
+  const good = await cli(["check", "deploy/example/tenants"]);
+  assert.equal(good.code, 0, good.stderr);
+  assert.match(good.stdout, /^portcullis: deploy\/example\/tenants is valid$/m);
+  const dir = await tenantsDir({
+    "a.test.yaml": "host: a.test\nroutes:\n  - match: { path: / }\n    respond: { status: 999 }\n",
+    "b.test.yaml": "host: a.test\nroutes: []\n",
+  });
+  try {
+    const bad = await cli(["check", dir]);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /a\.test\.yaml:4:\d+: routes\[0\]\.respond\.status: .* \(got 999\)/);
+    assert.match(bad.stderr, /b\.test\.yaml.*a\.test/);
+    assert.match(bad.stderr, /nothing was started/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("cli: serve refuses a hub config, hub refuses an edge config (exit 2, the right verb named)", async () => {
+  const serve = await cli(["serve", "deploy/example/hub.yaml"]);
+  assert.equal(serve.code, 2);
+  assert.match(
+    serve.stderr,
+    /is a hub config \(role: hub\); run: portcullis hub deploy\/example\/hub\.yaml/,
+  );
+  const hub = await cli(["hub", "deploy/example/config.yaml"]);
+  assert.equal(hub.code, 2);
+  assert.match(hub.stderr, /is not a hub config/);
+});

@@ -1,0 +1,312 @@
+/**
+ * The hub role in one process: its config rules (one way to authenticate, health on loopback,
+ * listeners distinct), its permission set, and its config stream over real sockets — who is let in,
+ * what a snapshot, a delta and a held poll carry, and what an invalid change looks like to a node.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
+import { stringify } from "yaml";
+import { formatFlags } from "../src/boot/flags.ts";
+import { hashFileSet, readFileSet } from "../src/config/file_set.ts";
+import { ConfigError, formatPath } from "../src/config/problems.ts";
+import { parseYaml } from "../src/config/yaml_file.ts";
+import { hubGrants, resolveHubConfig } from "../src/hub/config.ts";
+import type { StreamAnswer } from "../src/hub/feed.ts";
+import { TestPki } from "./fixtures/certs.ts";
+import { configErrorOf } from "./fixtures/config_files.ts";
+import { siteYaml, startTestHub, type TestHub } from "./fixtures/hub_in_process.ts";
+import { json, request } from "./fixtures/http_client.ts";
+
+const BASE = {
+  role: "hub",
+  node_id: "hub-1",
+  runtime_dir: "runtime",
+  api: { listen: [{ hostname: "127.0.0.1", port: 9443 }], tokens_dir: "tokens" },
+  health: { listen: [{ hostname: "127.0.0.1", port: 9444 }] },
+};
+
+function resolveText(config: Record<string, unknown>) {
+  const parsed = parseYaml("/etc/portcullis/hub.yaml", stringify(config));
+  if (Array.isArray(parsed)) throw new Error("unparsable");
+  return resolveHubConfig(parsed);
+}
+
+async function problemsOf(config: Record<string, unknown>): Promise<string[]> {
+  const error = await configErrorOf(Promise.resolve().then(() => resolveText(config)), "accepted");
+  return error.problems.map((p) => `${p.file} ${formatPath(p.path)}: ${p.message}`);
+}
+
+Deno.test("hub config: nodes must authenticate one way — tokens or mutual TLS, never neither or both", async () => {
+  const neither = await problemsOf({ ...BASE, api: { listen: BASE.api.listen } });
+  assert.equal(neither.length, 1);
+  assert.match(neither[0], /^\/etc\/portcullis\/hub\.yaml api: Nodes must authenticate/);
+  const tls = { cert_file: "hub.crt", key_file: "hub.key", client_ca_file: "ca.crt" };
+  const both = await problemsOf({ ...BASE, api: { ...BASE.api, tls } });
+  assert.deepEqual(both, [
+    "/etc/portcullis/hub.yaml api.tokens_dir: With api.tls nodes authenticate by certificate; drop tokens_dir",
+  ]);
+});
+
+Deno.test("hub config: health must be loopback and every listener its own socket", async () => {
+  const problems = await problemsOf({
+    ...BASE,
+    health: { listen: [{ hostname: "0.0.0.0", port: 9443 }] },
+  });
+  assert.equal(problems.length, 2, problems.join("\n"));
+  const [overlap, loopback] = problems;
+  assert.match(loopback, /health\.listen\[0\]\.hostname: The health listener .* loopback/);
+  assert.match(overlap, /health\.listen\[0\]: Overlaps api\.listen\[0\] \(127\.0\.0\.1:9443\)/);
+});
+
+Deno.test("hub config: unknown keys and a wrong role are refused with the field named", async () => {
+  const problems = await problemsOf({ ...BASE, role: "edge", stream: { hold: 5 } });
+  assert.ok(problems.some((p) => /role: Expected "hub"/.test(p)), problems.join("\n"));
+  assert.ok(problems.some((p) => /stream\.hold: Unknown field/.test(p)), problems.join("\n"));
+});
+
+Deno.test("hub flags: its listeners, its config, runtime folder and tokens — no write, no outbound", () => {
+  const config = resolveText(BASE);
+  assert.equal(
+    formatFlags(hubGrants(config)),
+    "--allow-net=127.0.0.1:9443,127.0.0.1:9444 " +
+      "--allow-read=/etc/portcullis/hub.yaml,/etc/portcullis/runtime,/etc/portcullis/tokens " +
+      "--ignore-env=LOG_STREAM,LOG_TOKENS",
+  );
+  const tls = { cert_file: "tls/hub.crt", key_file: "tls/hub.key", client_ca_file: "tls/ca.crt" };
+  const mtls = resolveText({ ...BASE, api: { listen: BASE.api.listen, tls } });
+  assert.match(
+    formatFlags(hubGrants(mtls)),
+    /--allow-read=\S*runtime,\/etc\/portcullis\/tls\/hub\.crt,\/etc\/portcullis\/tls\/hub\.key,\/etc\/portcullis\/tls\/ca\.crt /,
+  );
+});
+
+Deno.test("a hub refuses to boot on an invalid runtime folder, naming the file and field", async () => {
+  const error = await configErrorOf(
+    startTestHub({
+      files: { "bad.test.yaml": "host: bad.test\nroutes: [{ match: { path: 5 } }]\n" },
+    }),
+    "an invalid folder booted",
+  );
+  assert.ok(error instanceof ConfigError);
+  assert.ok(error.problems.some((p) => p.file.endsWith("bad.test.yaml")), error.message);
+});
+
+/** One stream poll over a real socket. */
+async function poll(
+  t: TestHub,
+  query: string,
+  headers: [string, string][] = [],
+): Promise<{ status: number; answer: StreamAnswer & { error?: { code: string } } }> {
+  const response = await request(t.apiPort, { path: `/v1/config/stream?${query}`, headers });
+  return { status: response.status, answer: json(response) };
+}
+
+const bearer = (token: string): [string, string][] => [["Authorization", `Bearer ${token}`]];
+
+function decode(files: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(files).map(([name, data]) => [name, Buffer.from(data, "base64").toString()]),
+  );
+}
+
+Deno.test("hub stream: a wrong token, no token and an unknown node all get the same 401", async () => {
+  const t = await startTestHub();
+  try {
+    await t.token("edge-a");
+    const answers = [
+      await poll(t, "node_id=edge-a"),
+      await poll(t, "node_id=edge-a", bearer("not-the-token")),
+      await poll(t, "node_id=edge-zz", bearer("not-the-token")),
+    ];
+    for (const { status, answer } of answers) {
+      assert.equal(status, 401);
+      assert.equal(answer.error?.code, "unauthenticated");
+    }
+    assert.equal((await poll(t, "node_id=../x", bearer("x"))).status, 400);
+    assert.equal(t.hub.nodes.size, 0, "no refused poll is recorded as a node");
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("hub stream: the first answer is a snapshot of every file, hashed as the folder is", async () => {
+  const t = await startTestHub();
+  try {
+    await t.write("globals.yaml", "policies: {}\n");
+    await Deno.mkdir(`${t.runtimeDir}/pages`);
+    await Deno.writeTextFile(`${t.runtimeDir}/pages/home.html`, "<p>home</p>");
+    await t.hub.reload();
+    const token = await t.token("edge-a");
+    const { status, answer } = await poll(t, "node_id=edge-a", bearer(token));
+    assert.equal(status, 200);
+    assert.equal(answer.type, "snapshot");
+    if (answer.type !== "snapshot") return;
+    assert.deepEqual(decode(answer.files), {
+      "demo.test.yaml": siteYaml("demo.test", "demo v1\n"),
+      "globals.yaml": "policies: {}\n",
+      "pages/home.html": "<p>home</p>",
+    });
+    assert.equal(answer.hash, await hashFileSet((await readFileSet(t.runtimeDir)).files));
+    assert.equal(answer.hub.last_rejected, null);
+    const nodes = await request(t.healthPort, { path: "/v1/nodes" });
+    const [node] = json<{ nodes: { node_id: string; polls: number }[] }>(nodes).nodes;
+    assert.equal(node.node_id, "edge-a");
+    assert.equal(node.polls, 1);
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("hub stream: a held poll is answered with a delta as soon as the folder changes", async () => {
+  const t = await startTestHub({ edit: (c) => c.stream.hold_ms = 10_000 });
+  try {
+    const token = await t.token("edge-a");
+    const first = (await poll(t, "node_id=edge-a", bearer(token))).answer;
+    const held = poll(t, `node_id=edge-a&have=${first.hash}`, bearer(token));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const started = Date.now();
+    await t.write("new.test.yaml", siteYaml("new.test", "new\n"));
+    await Deno.remove(`${t.runtimeDir}/demo.test.yaml`);
+    const { status, answer } = await held;
+    assert.ok(Date.now() - started < 5000, "answered on change, not at the end of the hold");
+    assert.equal(status, 200);
+    assert.equal(answer.type, "delta");
+    if (answer.type !== "delta") return;
+    assert.equal(answer.from, first.hash);
+    assert.notEqual(answer.hash, first.hash);
+    // The watch may publish the write and the removal as one generation or as two.
+    assert.deepEqual(Object.keys(answer.changed), ["new.test.yaml"]);
+    const caught = answer.removed.length === 1
+      ? answer
+      : (await poll(t, `node_id=edge-a&have=${answer.hash}&wait=0`, bearer(token))).answer;
+    if (caught.type === "delta") assert.deepEqual(caught.removed, ["demo.test.yaml"]);
+    assert.equal(caught.hash, t.hub.store.current.hash);
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("hub stream: an invalid change wakes held polls with the rejection; the set stays", async () => {
+  const t = await startTestHub({ edit: (c) => c.stream.hold_ms = 10_000 });
+  try {
+    const token = await t.token("edge-a");
+    const first = (await poll(t, "node_id=edge-a", bearer(token))).answer;
+    const held = poll(t, `node_id=edge-a&have=${first.hash}`, bearer(token));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await t.write(
+      "bad.test.yaml",
+      "host: bad.test\nroutes:\n  - match: { path: / }\n    respond: { status: 999 }\n",
+    );
+    const { answer } = await held;
+    assert.equal(answer.type, "current");
+    assert.equal(answer.hash, first.hash);
+    const rejected = answer.hub.last_rejected!;
+    assert.ok(rejected, "the rejection travels with the answer");
+    assert.deepEqual(
+      rejected.problems.map((p) => [p.file.split("/").pop(), p.path, p.value]),
+      [["bad.test.yaml", "routes[0].respond.status", 999]],
+    );
+    const reload = await request(t.healthPort, { path: "/v1/config/reload", method: "POST" });
+    assert.equal(reload.status, 422);
+    assert.equal(json<{ generation: number }>(reload).generation, 1);
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("hub stream: a node current with the hub is held, then told `current`", async () => {
+  const t = await startTestHub({ edit: (c) => c.stream.hold_ms = 300 });
+  try {
+    const token = await t.token("edge-a");
+    const first = (await poll(t, "node_id=edge-a", bearer(token))).answer;
+    const started = Date.now();
+    const { answer } = await poll(t, `node_id=edge-a&have=${first.hash}`, bearer(token));
+    assert.ok(Date.now() - started >= 250, "held for the hold time");
+    assert.equal(answer.type, "current");
+    assert.equal(answer.hash, first.hash);
+    const now = await poll(t, `node_id=edge-a&have=${first.hash}&wait=0`, bearer(token));
+    assert.equal(now.answer.type, "current");
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("hub stream: a hash older than the kept history gets a snapshot, a kept one a delta", async () => {
+  const t = await startTestHub({ edit: (c) => c.stream.history = 2 });
+  try {
+    const token = await t.token("edge-a");
+    const hashes = [t.hub.store.current.hash];
+    for (const version of ["v2", "v3"]) {
+      await t.write("demo.test.yaml", siteYaml("demo.test", `demo ${version}\n`));
+      await t.hub.reload();
+      hashes.push(t.hub.store.current.hash);
+    }
+    assert.equal(new Set(hashes).size, 3);
+    const old = await poll(t, `node_id=edge-a&have=${hashes[0]}&wait=0`, bearer(token));
+    assert.equal(old.answer.type, "snapshot");
+    const kept = await poll(t, `node_id=edge-a&have=${hashes[1]}&wait=0`, bearer(token));
+    assert.equal(kept.answer.type, "delta");
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("hub listeners answer only their own routes; `nodes` limits who may follow", async () => {
+  const t = await startTestHub({ edit: (c) => c.api.nodes = ["edge-a"] });
+  try {
+    const onApi = await request(t.apiPort, { path: "/v1/config" });
+    assert.equal(onApi.status, 404);
+    assert.equal(json<{ error: { code: string } }>(onApi).error.code, "route_not_allowed");
+    const onHealth = await request(t.healthPort, { path: "/v1/config/stream?node_id=edge-a" });
+    assert.equal(onHealth.status, 404);
+    assert.equal((await request(t.apiPort, { path: "/healthz" })).status, 200);
+    const token = await t.token("edge-b");
+    const outsider = await poll(t, "node_id=edge-b", bearer(token));
+    assert.equal(outsider.status, 403);
+    assert.equal(outsider.answer.error?.code, "node_not_allowed");
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("hub mutual TLS: a node's certificate must chain to the client CA and name that node", async () => {
+  const pki = await TestPki.create();
+  const stranger = await TestPki.create();
+  const caFile = `${pki.dir}/ca.crt`;
+  await Deno.writeTextFile(caFile, pki.ca.certPem);
+  const server = await pki.issue("hub.test", { altNames: ["127.0.0.1"] });
+  const edgeA = await pki.issue("edge-a");
+  const forged = await stranger.issue("edge-a");
+  const t = await startTestHub({
+    edit: (c) => {
+      delete c.api.tokens_dir;
+      c.api.tls = { cert_file: server.certFile, key_file: server.keyFile, client_ca_file: caFile };
+    },
+  });
+  const clientOf = (leaf: { certPem: string; keyPem: string }) =>
+    Deno.createHttpClient({ caCerts: [pki.ca.certPem], cert: leaf.certPem, key: leaf.keyPem });
+  const clients = [
+    clientOf(edgeA),
+    clientOf(forged),
+    Deno.createHttpClient({ caCerts: [pki.ca.certPem] }),
+  ];
+  try {
+    const stream = (node: string) => `${t.url}/v1/config/stream?node_id=${node}&wait=0`;
+    const ok = await fetch(stream("edge-a"), { client: clients[0] });
+    assert.equal(ok.status, 200);
+    assert.equal((await ok.json()).type, "snapshot");
+    const other = await fetch(stream("edge-b"), { client: clients[0] });
+    assert.equal(other.status, 403);
+    assert.equal((await other.json()).error.code, "wrong_node");
+    for (const client of clients.slice(1)) {
+      await assert.rejects(fetch(stream("edge-a"), { client }), TypeError);
+    }
+  } finally {
+    for (const client of clients) client.close();
+    await t.dispose();
+    await pki.dispose();
+    await stranger.dispose();
+  }
+});
