@@ -183,7 +183,7 @@ Deno.test("remote edge: with the hub away it serves on, backs off, and restarts 
 });
 
 Deno.test("remote edge: POST /v1/config/reload asks the hub at once", async () => {
-  await following(async (hub, edge) => {
+  await following(async (_hub, edge) => {
     await waitFor(() => get(edge, "demo.test"), ([status]) => status === 200);
     // The hub holds the edge's poll for 1.5 s; a reload does not wait for it.
     const started = Date.now();
