@@ -4,7 +4,8 @@
  * Three ingress lanes (`public`, `local_health`, `provider_health`), each bound to its own
  * listener and proven distinct at boot, share one admission ledger with per-lane reserves and rate
  * budgets, so a public flood can never starve the health and recovery paths. The permission flags
- * the process needs are derived from its config and audited at boot.
+ * the process needs are derived from its config and audited at boot. Tenants live in immutable
+ * generations, loaded from a watched folder or streamed from a hub (`startHub`).
  *
  * @example
  * ```ts ignore
@@ -26,7 +27,16 @@ export {
   type ListenerAddress,
   loadConfig,
 } from "./src/config/load.ts";
+export {
+  ConfigStore,
+  type Generation,
+  type OfferOutcome,
+  type Rejection,
+} from "./src/config/generations.ts";
 export { ConfigError, type ConfigProblem, formatProblem } from "./src/config/problems.ts";
+export { type HubConfig, hubGrants, resolveHubConfig } from "./src/hub/config.ts";
+export { type Hub, HubBootError, startHub } from "./src/hub/hub.ts";
+export type { StreamAnswer } from "./src/hub/feed.ts";
 export { BootError, type Edge, type EdgeOptions, startEdge } from "./src/edge/edge.ts";
 export { type EdgePlan, planEdge } from "./src/edge/plan.ts";
 export type { EdgeServices, EdgeState } from "./src/edge/services.ts";
