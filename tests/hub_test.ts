@@ -211,6 +211,13 @@ Deno.test("hub stream: an invalid change wakes held polls with the rejection; th
     const reload = await request(t.healthPort, { path: "/v1/config/reload", method: "POST" });
     assert.equal(reload.status, 422);
     assert.equal(json<{ generation: number }>(reload).generation, 1);
+    assert.equal(rejected.superseded, false);
+    await Deno.remove(`${t.runtimeDir}/bad.test.yaml`);
+    const fixed = await request(t.healthPort, { path: "/v1/config/reload", method: "POST" });
+    assert.equal(fixed.status, 200);
+    const view = json<{ outcome: string; last_rejected: { superseded: boolean } }>(fixed);
+    assert.equal(view.outcome, "unchanged");
+    assert.equal(view.last_rejected.superseded, true, "the record stays, marked as past");
   } finally {
     await t.dispose();
   }
@@ -303,10 +310,50 @@ Deno.test("hub mutual TLS: a node's certificate must chain to the client CA and 
     for (const client of clients.slice(1)) {
       await assert.rejects(fetch(stream("edge-a"), { client }), TypeError);
     }
+    const status = json<{ tls_refused: number }>(
+      await request(t.healthPort, { path: "/v1/config" }),
+    );
+    assert.equal(status.tls_refused, 2, "each refused handshake is counted");
+    assert.equal(t.lines.filter((line) => line.includes("TLS handshake from")).length, 1);
   } finally {
     for (const client of clients) client.close();
     await t.dispose();
     await pki.dispose();
     await stranger.dispose();
+  }
+});
+
+Deno.test("hub: overlapping reloads publish the set the store made live", async () => {
+  // Validation yields on each body_file, so a second reload can start while the first is in it.
+  const routes = (version: string) =>
+    stringify({
+      host: "x.test",
+      routes: Array.from({ length: 300 }, (_, i) => ({
+        name: `r${i}`,
+        match: { path: `/${version}/${i}` },
+        respond: { body_file: "page.html" },
+      })),
+    });
+  const t = await startTestHub({
+    files: { "x.test.yaml": routes("v0"), "page.html": "<p>page</p>" },
+    edit: (c) => c.runtime.watch = false,
+  });
+  try {
+    for (const delay of [0, 5, 20]) {
+      await t.write("x.test.yaml", routes(`a${delay}`));
+      const first = t.hub.reload();
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      await t.write("x.test.yaml", routes(`b${delay}`));
+      await Promise.all([first, t.hub.reload()]);
+      assert.equal(t.hub.feed.live.hash, t.hub.store.current.hash, `delay ${delay} ms`);
+    }
+    const token = await t.token("edge-a");
+    const { answer } = await poll(t, "node_id=edge-a&wait=0", bearer(token));
+    assert.equal(answer.hash, t.hub.store.current.hash);
+    if (answer.type === "snapshot") {
+      assert.match(decode(answer.files)["x.test.yaml"], /\/b20\/299/);
+    } else assert.fail(`expected a snapshot, got ${answer.type}`);
+  } finally {
+    await t.dispose();
   }
 });

@@ -8,6 +8,7 @@
  *
  * @module
  */
+import type { FileSet } from "./file_set.ts";
 import type { ConfigProblem } from "./problems.ts";
 import { buildRegistry, type TenantRegistry } from "../proxy/tenants.ts";
 
@@ -24,6 +25,8 @@ export interface Generation {
   readonly registry: TenantRegistry;
   /** The files it was built from (name → text). */
   readonly texts: ReadonlyMap<string, string>;
+  /** Every file of the set, body files included, when the reader kept them (a hub's). */
+  readonly files?: FileSet;
 }
 
 /** Where a generation came from. */
@@ -55,6 +58,8 @@ export interface Offer {
   readonly number?: number;
   /** The hash to give it when its texts are not the whole set (a hub's, with assets). */
   readonly hash?: string;
+  /** The whole file set, carried onto the generation. */
+  readonly files?: FileSet;
 }
 
 /**
@@ -89,7 +94,11 @@ export class ConfigStore {
   #queue: Promise<unknown> = Promise.resolve();
   readonly #check: (registry: TenantRegistry) => ConfigProblem[];
   readonly #listeners = new Set<(generation: Generation) => void>();
-  readonly #rejectListeners = new Set<(rejection: Rejection) => void>();
+  readonly #statusListeners = new Set<() => void>();
+  /** Counts decisions, so "a good load after the last rejection" needs no clock. */
+  #decisions = 0;
+  #rejectedAt = -1;
+  #goodAt = -1;
 
   /**
    * @param first the generation to start with
@@ -121,16 +130,38 @@ export class ConfigStore {
     return () => this.#listeners.delete(listener);
   }
 
-  /** Calls `listener` after each rejection; returns a function that unregisters it. */
-  onReject(listener: (rejection: Rejection) => void): () => void {
-    this.#rejectListeners.add(listener);
-    return () => this.#rejectListeners.delete(listener);
+  /**
+   * Calls `listener` after anything `/v1/config` shows changes: a swap, a rejection, or a
+   * rejection superseded by a good load. Returns a function that unregisters it.
+   */
+  onStatus(listener: () => void): () => void {
+    this.#statusListeners.add(listener);
+    return () => this.#statusListeners.delete(listener);
+  }
+
+  /**
+   * True when a load after the last rejection succeeded or matched the live set: the rejection no
+   * longer describes the source (the bad file was fixed or removed).
+   */
+  get rejectionSuperseded(): boolean {
+    return this.#rejected !== undefined && this.#goodAt > this.#rejectedAt;
   }
 
   #recordRejection(rejection: Rejection): OfferOutcome {
     this.#rejected = rejection;
-    for (const listener of this.#rejectListeners) listener(rejection);
+    this.#rejectedAt = ++this.#decisions;
+    this.#notify();
     return { outcome: "rejected", rejection };
+  }
+
+  #recordGood(): void {
+    const superseded = this.rejectionSuperseded;
+    this.#goodAt = ++this.#decisions;
+    if (this.#rejected && !superseded) this.#notify();
+  }
+
+  #notify(): void {
+    for (const listener of this.#statusListeners) listener();
   }
 
   /**
@@ -165,7 +196,10 @@ export class ConfigStore {
   async #apply(offer: Offer): Promise<OfferOutcome> {
     const hash = offer.hash ?? await hashTexts(offer.texts);
     const live = this.#current;
-    if (hash === live.hash) return { outcome: "unchanged", generation: live };
+    if (hash === live.hash) {
+      this.#recordGood();
+      return { outcome: "unchanged", generation: live };
+    }
     const number = offer.number ?? live.number + 1;
     const built = await buildRegistry(offer.dir, offer.texts, live.registry);
     const problems = built.registry ? this.#check(built.registry) : built.problems;
@@ -185,9 +219,12 @@ export class ConfigStore {
       source: offer.source,
       registry: built.registry,
       texts: offer.texts,
+      files: offer.files,
     };
     this.#current = generation;
+    this.#goodAt = ++this.#decisions;
     for (const listener of this.#listeners) listener(generation);
+    this.#notify();
     return { outcome: "loaded", generation };
   }
 }
@@ -205,6 +242,8 @@ export interface ConfigStatus {
     readonly generation: number;
     readonly hash: string;
     readonly source: GenerationSource;
+    /** A later load succeeded or matched the live set: the problem is gone from the source. */
+    readonly superseded: boolean;
     readonly problems: readonly {
       file: string;
       path: string;
@@ -235,6 +274,7 @@ export function configStatus(
         generation: rejected.number,
         hash: rejected.hash,
         source: rejected.source,
+        superseded: store.rejectionSuperseded,
         problems: rejected.problems.map((p) => ({
           file: p.file,
           path: formatPath(p),

@@ -265,6 +265,10 @@ function rebuild(answer: Answer, base: Base | undefined): FileSet {
 function describe(error: unknown): string {
   if (error instanceof DOMException && error.name === "TimeoutError") return "no answer in time";
   const inner = error instanceof Error && error.cause instanceof Error ? error.cause : error;
-  const message = inner instanceof Error ? inner.message : String(inner);
-  return message.replace(/^error sending request for url \([^)]*\): /, "");
+  const message = (inner instanceof Error ? inner.message : String(inner))
+    .replace(/^error sending request for url \([^)]*\): /, "");
+  // rustls reports a refused client certificate as the hub hanging up mid-handshake.
+  return /close_notify|handshake/i.test(message)
+    ? `the hub ended the TLS handshake (is cert_file signed by the hub's client CA?): ${message}`
+    : message;
 }

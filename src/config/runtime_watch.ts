@@ -6,6 +6,7 @@
  *
  * @module
  */
+import type { FileSet } from "./file_set.ts";
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import { hashTexts } from "./generations.ts";
 import { type ConfigProblem, formatProblem } from "./problems.ts";
@@ -19,6 +20,8 @@ export interface FolderRead {
   readonly texts: ReadonlyMap<string, string>;
   readonly hash: string;
   readonly problems: readonly ConfigProblem[];
+  /** Every file read, when the reader keeps them (a hub's). */
+  readonly files?: FileSet;
 }
 
 /** Reads the folder's YAML files and hashes them (an edge's local mode). */
@@ -66,7 +69,14 @@ export function runtimeReloader(
       const hash = read.hash;
       const again = await readFolder(dir);
       if (again.problems.length === 0 && again.hash === hash) {
-        return report(await store.offer({ dir, texts: read.texts, source: "directory", hash }));
+        const offer = {
+          dir,
+          texts: read.texts,
+          source: "directory" as const,
+          hash,
+          files: read.files,
+        };
+        return report(await store.offer(offer));
       }
       if (attempt === STABLE_READS) {
         const message = `The folder kept changing while it was read (${STABLE_READS} times); ` +

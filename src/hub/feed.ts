@@ -58,37 +58,26 @@ export class ConfigFeed {
   readonly #nodeId: string;
   readonly #keep: number;
   readonly #history: Published[] = [];
-  /** File sets read but not yet validated, by hash (see {@link ConfigFeed.stage}). */
-  readonly #staged = new Map<string, FileSet>();
   readonly #waiters = new Set<() => void>();
 
   /**
-   * @param store the hub's generations (the live one must already be staged or given as `first`)
-   * @param first the live generation's files
+   * @param store the hub's generations; each one it swaps in must carry its `files`
    * @param options the hub's node id, and how many generations to keep for deltas
    */
-  constructor(store: ConfigStore, first: FileSet, options: { nodeId: string; history: number }) {
+  constructor(store: ConfigStore, options: { nodeId: string; history: number }) {
+    const first = store.current.files;
+    if (!first) throw new RangeError("A hub generation must carry its files");
     this.#store = store;
     this.#nodeId = options.nodeId;
     this.#keep = options.history;
     this.#history.push({ number: store.current.number, hash: store.current.hash, files: first });
     store.onSwap((generation) => {
-      const files = this.#staged.get(generation.hash);
-      this.#staged.clear();
-      if (!files) return;
+      const files = generation.files;
+      if (!files) throw new RangeError("A hub generation must carry its files");
       this.#history.push({ number: generation.number, hash: generation.hash, files });
       if (this.#history.length > this.#keep) this.#history.shift();
-      this.#wake();
     });
-    store.onReject(() => {
-      this.#staged.clear();
-      this.#wake();
-    });
-  }
-
-  /** Keeps a freshly read file set until the store decides about it. */
-  stage(hash: string, files: FileSet): void {
-    this.#staged.set(hash, files);
+    store.onStatus(() => this.#wake());
   }
 
   /** The live generation's number and hash. */

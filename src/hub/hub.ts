@@ -63,6 +63,9 @@ export class HubBootError extends Error {
   }
 }
 
+/** Refused TLS handshakes are counted always and logged at most this often. */
+const TLS_LOG_INTERVAL_MS = 60_000;
+
 interface BoundServer {
   readonly role: HubListenerRole;
   readonly address: ListenerAddress;
@@ -93,16 +96,16 @@ export async function startHub(
     source: "directory",
     registry: built.registry,
     texts,
+    files: first.files,
   });
-  const feed = new ConfigFeed(store, first.files, {
+  const feed = new ConfigFeed(store, {
     nodeId: config.nodeId,
     history: config.history,
   });
   const readForFeed = async (dir: string): Promise<FolderRead> => {
     const read = await readFileSet(dir);
     const hash = await hashFileSet(read.files);
-    if (read.problems.length === 0) feed.stage(hash, read.files);
-    return { texts: runtimeTextsOf(read.files), hash, problems: read.problems };
+    return { texts: runtimeTextsOf(read.files), hash, problems: read.problems, files: read.files };
   };
   const reloader = runtimeReloader(config.runtimeDir, store, {
     watch: config.watch,
@@ -140,6 +143,7 @@ export async function startHub(
     node_id: config.nodeId,
     ...configStatus(store, (p) => formatPath(p.path)),
     held_polls: feed.waiting,
+    tls_refused: tlsRefused,
     nodes: [...nodes.values()],
   });
 
@@ -197,7 +201,18 @@ export async function startHub(
     ...config.api.listen.map((address) => makeServer("api", address, api, config, tlsOptions)),
     ...config.health.map((address) => makeServer("health", address, health, config)),
   ];
+  let tlsRefused = 0;
+  let tlsLoggedAt = -Infinity;
   for (const bound of servers) {
+    bound.server.on("tlsClientError", (error: Error, socket: Socket) => {
+      tlsRefused++;
+      if (Date.now() - tlsLoggedAt < TLS_LOG_INTERVAL_MS) return;
+      tlsLoggedAt = Date.now();
+      log(
+        `portcullis: hub api: TLS handshake from ${socket.remoteAddress} refused: ` +
+          `${error.message} (${tlsRefused} since start; logged at most once a minute)`,
+      );
+    });
     bound.server.on("connection", (socket: Socket) => {
       if (!armed) return socket.destroy();
       bound.sockets.add(socket);
