@@ -27,7 +27,6 @@ import { summarizePlan } from "./src/cli/summary.ts";
 import { resolveConfig } from "./src/config/load.ts";
 import { readYaml } from "./src/config/yaml_file.ts";
 import { isHubFile, resolveHubConfig } from "./src/hub/config.ts";
-import { HubBootError } from "./src/hub/hub.ts";
 import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
 import { BootError, startEdge } from "./src/edge/edge.ts";
@@ -77,7 +76,7 @@ export async function main(args: readonly string[]): Promise<number> {
       console.error(`portcullis: ${error.problems.length} problem(s); nothing was started`);
       return 1;
     }
-    if (error instanceof BootError || error instanceof HubBootError) {
+    if (error instanceof BootError) {
       for (const reason of error.reasons) console.error(`portcullis: ${reason}`);
       console.error("portcullis: boot refused");
       return 1;

@@ -35,7 +35,7 @@ export {
 } from "./src/config/generations.ts";
 export { ConfigError, type ConfigProblem, formatProblem } from "./src/config/problems.ts";
 export { type HubConfig, hubGrants, resolveHubConfig } from "./src/hub/config.ts";
-export { type Hub, HubBootError, startHub } from "./src/hub/hub.ts";
+export { type Hub, startHub } from "./src/hub/hub.ts";
 export type { StreamAnswer } from "./src/hub/feed.ts";
 export { BootError, type Edge, type EdgeOptions, startEdge } from "./src/edge/edge.ts";
 export { type EdgePlan, planEdge } from "./src/edge/plan.ts";

@@ -18,6 +18,7 @@ import { TestPki } from "./fixtures/certs.ts";
 import { configErrorOf } from "./fixtures/config_files.ts";
 import { siteYaml, startTestHub, type TestHub } from "./fixtures/hub_in_process.ts";
 import { json, request } from "./fixtures/http_client.ts";
+import { waitFor } from "./fixtures/in_process.ts";
 
 const BASE = {
   role: "hub",
@@ -105,6 +106,15 @@ async function poll(
 
 const bearer = (token: string): [string, string][] => [["Authorization", `Bearer ${token}`]];
 
+/** Takes edge-a's snapshot, then sends a poll that the hub holds (it is current). */
+async function holdAfterSnapshot(t: TestHub) {
+  const token = await t.token("edge-a");
+  const first = (await poll(t, "node_id=edge-a", bearer(token))).answer;
+  const held = poll(t, `node_id=edge-a&have=${first.hash}`, bearer(token));
+  await waitFor(() => t.hub.feed.waiting, (n) => n === 1);
+  return { token, first, held };
+}
+
 function decode(files: Record<string, string>): Record<string, string> {
   return Object.fromEntries(
     Object.entries(files).map(([name, data]) => [name, Buffer.from(data, "base64").toString()]),
@@ -162,10 +172,7 @@ Deno.test("hub stream: the first answer is a snapshot of every file, hashed as t
 Deno.test("hub stream: a held poll is answered with a delta as soon as the folder changes", async () => {
   const t = await startTestHub({ edit: (c) => c.stream.hold_ms = 10_000 });
   try {
-    const token = await t.token("edge-a");
-    const first = (await poll(t, "node_id=edge-a", bearer(token))).answer;
-    const held = poll(t, `node_id=edge-a&have=${first.hash}`, bearer(token));
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    const { token, first, held } = await holdAfterSnapshot(t);
     const started = Date.now();
     await t.write("new.test.yaml", siteYaml("new.test", "new\n"));
     await Deno.remove(`${t.runtimeDir}/demo.test.yaml`);
@@ -191,10 +198,7 @@ Deno.test("hub stream: a held poll is answered with a delta as soon as the folde
 Deno.test("hub stream: an invalid change wakes held polls with the rejection; the set stays", async () => {
   const t = await startTestHub({ edit: (c) => c.stream.hold_ms = 10_000 });
   try {
-    const token = await t.token("edge-a");
-    const first = (await poll(t, "node_id=edge-a", bearer(token))).answer;
-    const held = poll(t, `node_id=edge-a&have=${first.hash}`, bearer(token));
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    const { first, held } = await holdAfterSnapshot(t);
     await t.write(
       "bad.test.yaml",
       "host: bad.test\nroutes:\n  - match: { path: / }\n    respond: { status: 999 }\n",

@@ -100,6 +100,15 @@ const LaneLedger = v.strictObject({
   priority_reserve: v.optional(wholeNumber(0)),
 });
 
+/** Watching a runtime folder: on or off, and the quiet time before a changed folder is read. */
+export const RuntimeWatch = v.optional(
+  v.strictObject({
+    watch: v.optional(v.boolean("Expected true or false"), true),
+    debounce_ms: v.optional(wholeNumber(10, 60_000), 250),
+  }),
+  {},
+);
+
 /** Remote mode's hub: `https` with a client certificate (mTLS), or `http` with a token file. */
 const HubClient = v.strictObject({
   url: v.pipe(
@@ -138,13 +147,7 @@ export const BootstrapSchema = v.strictObject({
   /** Local mode: the runtime folder (`globals.yaml` and one file per tenant). */
   tenants_dir: v.optional(Text),
   /** Local mode: reload the folder when it changes. */
-  runtime: v.optional(
-    v.strictObject({
-      watch: v.optional(v.boolean("Expected true or false"), true),
-      debounce_ms: v.optional(wholeNumber(10, 60_000), 250),
-    }),
-    {},
-  ),
+  runtime: RuntimeWatch,
   /** Remote mode: the hub and how this node proves who it is. */
   hub: v.optional(HubClient),
   /** Remote mode: where the last good generation is kept across restarts. */

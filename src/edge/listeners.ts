@@ -132,14 +132,26 @@ export function describeListener(bound: Pick<Bound, "lane" | "role">): string {
   return `lane "${bound.lane}"${bound.role ? ` (${bound.role})` : ""}`;
 }
 
+/** Binds one listener of a lane; the error names the lane, the address and the reason. */
+export function listen(bound: Bound): Promise<void> {
+  return bindServer(
+    bound.server,
+    bound.address,
+    `Cannot bind ${describeListener(bound)} on ${formatAddress(bound.address)}`,
+  );
+}
+
 /**
- * Binds a listener.
+ * Binds `server` to `address` (a stale Unix socket file is cleared first; a live one is refused).
  *
- * @throws {Error} with a message naming the lane, the address and why (the caller wraps it)
+ * @param what the start of the error message, naming what was being bound
+ * @throws {Error} `what` plus the reason in an operator's words
  */
-export async function listen(bound: Bound): Promise<void> {
-  const { address, server } = bound;
-  const what = `Cannot bind ${describeListener(bound)} on ${formatAddress(address)}`;
+export async function bindServer(
+  server: Server,
+  address: ListenerAddress,
+  what: string,
+): Promise<void> {
   if (address.kind === "unix") {
     const busy = await clearStaleSocket(address.path);
     if (busy) throw new Error(`${what}: ${busy}`);

@@ -14,13 +14,14 @@ import http from "node:http";
 import https from "node:https";
 import type { AddressInfo, Server, Socket } from "node:net";
 import { overlaps } from "../boot/distinct.ts";
-import { clearStaleSocket } from "../boot/unix_socket.ts";
 import { type FileSet, hashFileSet, readFileSet, runtimeTextsOf } from "../config/file_set.ts";
 import { configStatus, ConfigStore, type OfferOutcome } from "../config/generations.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.ts";
 import { type FolderRead, runtimeReloader } from "../config/runtime_watch.ts";
 import { describeIoError } from "../config/yaml_file.ts";
+import { BootError } from "../edge/edge.ts";
+import { bindServer } from "../edge/listeners.ts";
 import { buildRegistry } from "../proxy/tenants.ts";
 import { certificateAuth, NODE_ID, type NodeAuthenticator, tokenAuth } from "./auth.ts";
 import type { HubConfig, HubListenerRole } from "./config.ts";
@@ -53,16 +54,6 @@ export interface Hub {
   readonly finished: Promise<void>;
 }
 
-/** Refused at boot: the folder is invalid, a file cannot be read, or a listener cannot bind. */
-export class HubBootError extends Error {
-  readonly reasons: readonly string[];
-  constructor(reasons: readonly string[]) {
-    super(reasons.join("\n"));
-    this.name = "HubBootError";
-    this.reasons = reasons;
-  }
-}
-
 /** Refused TLS handshakes are counted always and logged at most this often. */
 const TLS_LOG_INTERVAL_MS = 60_000;
 
@@ -77,7 +68,7 @@ interface BoundServer {
  * Boots a hub.
  *
  * @throws {ConfigError} when the runtime folder is not a valid generation
- * @throws {HubBootError} when a credential file cannot be read or a listener cannot bind
+ * @throws {BootError} when a credential file cannot be read or a listener cannot bind
  */
 export async function startHub(
   config: HubConfig,
@@ -133,7 +124,7 @@ export async function startHub(
     }
   } catch (error) {
     reloader.stop();
-    throw new HubBootError([`Cannot read the hub's TLS files: ${describeIoError(error)}`]);
+    throw new BootError([`Cannot read the hub's TLS files: ${describeIoError(error)}`]);
   }
 
   const nodes = new Map<string, NodeRecord>();
@@ -223,13 +214,14 @@ export async function startHub(
   const closeAll = () => Promise.all(listening.map(closeServer));
   try {
     for (const bound of servers) {
-      await bind(bound);
+      const what = `Cannot bind the hub ${bound.role} listener on ${formatAddress(bound.address)}`;
+      await bindServer(bound.server, bound.address, what);
       listening.push(bound);
     }
   } catch (error) {
     await closeAll();
     reloader.stop();
-    throw new HubBootError([(error as Error).message]);
+    throw new BootError([(error as Error).message]);
   }
   const actual = listening.map((bound) => ({ role: bound.role, address: actualAddress(bound) }));
   const clash = actual.flatMap((a, i) =>
@@ -241,7 +233,7 @@ export async function startHub(
   if (clash.length > 0) {
     await closeAll();
     reloader.stop();
-    throw new HubBootError(clash);
+    throw new BootError(clash);
   }
   armed = true;
   for (const { role, address } of actual) {
@@ -313,36 +305,6 @@ function makeServer(
   server.keepAliveTimeout = config.timeouts.idleMs;
   server.maxHeadersCount = 100;
   return { role, address, server, sockets: new Set() };
-}
-
-async function bind(bound: BoundServer): Promise<void> {
-  const { address, server } = bound;
-  const what = `Cannot bind the hub ${bound.role} listener on ${formatAddress(address)}`;
-  if (address.kind === "unix") {
-    const busy = await clearStaleSocket(address.path);
-    if (busy) throw new Error(`${what}: ${busy}`);
-  }
-  await new Promise<void>((resolve, reject) => {
-    const fail = (error: NodeJS.ErrnoException) => {
-      const reason = error.code === "EADDRINUSE"
-        ? "address already in use"
-        : error.name === "NotCapable"
-        ? "not granted by --allow-net"
-        : error.message;
-      reject(new Error(`${what}: ${reason}`));
-    };
-    server.once("error", fail);
-    const ready = () => {
-      server.off("error", fail);
-      resolve();
-    };
-    try {
-      if (address.kind === "unix") server.listen({ path: address.path }, ready);
-      else server.listen({ host: address.hostname, port: address.port, exclusive: true }, ready);
-    } catch (error) {
-      fail(error as NodeJS.ErrnoException);
-    }
-  });
 }
 
 function actualAddress(bound: BoundServer): ListenerAddress {

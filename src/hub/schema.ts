@@ -5,7 +5,7 @@
  * @module
  */
 import * as v from "valibot";
-import { Listener } from "../config/bootstrap.ts";
+import { Listener, RuntimeWatch } from "../config/bootstrap.ts";
 import { Text, wholeNumber } from "../config/fields.ts";
 
 const NodeId = v.pipe(
@@ -42,13 +42,7 @@ export const HubConfigSchema = v.strictObject({
   /** The runtime folder served to edges: `globals.yaml`, one file per tenant, body files. */
   runtime_dir: Text,
   /** Reload the folder when it changes. */
-  runtime: v.optional(
-    v.strictObject({
-      watch: v.optional(v.boolean("Expected true or false"), true),
-      debounce_ms: v.optional(wholeNumber(10, 60_000), 250),
-    }),
-    {},
-  ),
+  runtime: RuntimeWatch,
   api: Api,
   /** Local operations (`/healthz`, `/v1/config`, `/v1/nodes`, reload): loopback only. */
   health: v.optional(v.strictObject({ listen: Listeners })),
