@@ -43,6 +43,9 @@ Deno.test("cli flags: the example hub and remote edge tasks carry exactly the de
   const tasks = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json"))).tasks;
   for (
     const [task, config] of [["hub", "deploy/example/hub.yaml"], [
+      "compile:hub",
+      "deploy/example/hub.yaml",
+    ], [
       "start:remote",
       "deploy/example/remote-edge.yaml",
     ]]

@@ -259,6 +259,16 @@ Deno.test("hub stream: a hash older than the kept history gets a snapshot, a kep
     assert.equal(old.answer.type, "snapshot");
     const kept = await poll(t, `node_id=edge-a&have=${hashes[1]}&wait=0`, bearer(token));
     assert.equal(kept.answer.type, "delta");
+    const before = t.hub.store.current.files!;
+    await t.write("other.test.yaml", siteYaml("other.test", "other\n"));
+    await t.hub.reload();
+    const after = t.hub.store.current.files!;
+    assert.notEqual(after, before);
+    assert.equal(
+      after.get("demo.test.yaml"),
+      before.get("demo.test.yaml"),
+      "unchanged bytes shared",
+    );
   } finally {
     await t.dispose();
   }

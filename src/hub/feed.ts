@@ -172,7 +172,8 @@ function encodeFiles(files: FileSet, names: readonly string[]): Record<string, s
   return out;
 }
 
-function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+/** True when two buffers hold the same bytes. */
+export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   if (a.byteLength !== b.byteLength) return false;
   for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false;
   return true;

@@ -25,7 +25,7 @@ import { bindServer } from "../edge/listeners.ts";
 import { buildRegistry } from "../proxy/tenants.ts";
 import { certificateAuth, NODE_ID, type NodeAuthenticator, tokenAuth } from "./auth.ts";
 import type { HubConfig, HubListenerRole } from "./config.ts";
-import { ConfigFeed } from "./feed.ts";
+import { ConfigFeed, sameBytes } from "./feed.ts";
 
 /** What the hub knows about one node that follows it. */
 export interface NodeRecord {
@@ -95,8 +95,9 @@ export async function startHub(
   });
   const readForFeed = async (dir: string): Promise<FolderRead> => {
     const read = await readFileSet(dir);
-    const hash = await hashFileSet(read.files);
-    return { texts: runtimeTextsOf(read.files), hash, problems: read.problems, files: read.files };
+    const files = shareUnchanged(read.files, store.current.files);
+    const hash = await hashFileSet(files);
+    return { texts: runtimeTextsOf(files), hash, problems: read.problems, files };
   };
   const reloader = runtimeReloader(config.runtimeDir, store, {
     watch: config.watch,
@@ -282,6 +283,19 @@ async function readStable(
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+/**
+ * Reuses the live set's buffer for every file whose bytes did not change, so the generations kept
+ * for deltas cost the changed files, not a full copy of the folder each.
+ */
+function shareUnchanged(files: Map<string, Uint8Array>, live: FileSet | undefined): FileSet {
+  if (!live) return files;
+  for (const [name, data] of files) {
+    const before = live.get(name);
+    if (before && sameBytes(before, data)) files.set(name, before);
+  }
+  return files;
 }
 
 function makeServer(
