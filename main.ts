@@ -29,7 +29,8 @@ import { readYaml } from "./src/config/yaml_file.ts";
 import { isHubFile, resolveHubConfig } from "./src/hub/config.ts";
 import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
-import { BootError, startEdge } from "./src/edge/edge.ts";
+import { BootError } from "./src/edge/edge.ts";
+import { startWorkers } from "./src/edge/workers.ts";
 import { planEdge } from "./src/edge/plan.ts";
 
 /** The running version, from deno.json. */
@@ -117,14 +118,15 @@ async function run(verb: string, file: string): Promise<number> {
     console.error(`portcullis: boot refused; run with: deno run ${formatFlags(plan.grants)} ...`);
     return 1;
   }
-  const edge = await startEdge(plan, { version: VERSION });
+  const edge = await startWorkers(plan, { version: VERSION });
   const onSignal = () => edge.drain();
   Deno.addSignalListener("SIGTERM", onSignal);
   Deno.addSignalListener("SIGINT", onSignal);
   console.error(
     `portcullis: ready: node ${config.nodeId}, ` +
       `${new Set(plan.lanes.map((l) => l.table.descriptor.name)).size} lanes, ` +
-      `${plan.tenants.tenants.length} tenants`,
+      `${plan.tenants.tenants.length} tenants` +
+      (config.workers > 1 ? `, ${config.workers} request workers` : ""),
   );
   await edge.finished;
   Deno.removeSignalListener("SIGTERM", onSignal);

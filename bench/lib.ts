@@ -191,3 +191,34 @@ export async function rssOf(pid: number): Promise<number> {
     .output();
   return Number(new TextDecoder().decode(out.stdout).trim()) * 1024;
 }
+
+/**
+ * An nginx config serving the benchmark upstream on `port`: `/small` answers 64 bytes, anything
+ * else is a file under `www` (`big` is 1 MiB, `huge` 1 GiB).
+ *
+ * @param state a folder for nginx's pid, logs and temp files
+ * @param root the folder holding `www`
+ */
+export function nginxUpstreamConfig(state: string, root: string, port: number): string {
+  return `worker_processes 1;
+daemon off;
+pid ${state}/nginx.pid;
+error_log ${state}/nginx-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path ${state}/body;
+  proxy_temp_path ${state}/proxy;
+  fastcgi_temp_path ${state}/fastcgi;
+  uwsgi_temp_path ${state}/uwsgi;
+  scgi_temp_path ${state}/scgi;
+  server {
+    listen 127.0.0.1:${port};
+    client_max_body_size 2g;
+    location = /small { default_type text/plain; return 200 "${"x".repeat(64)}"; }
+    location / { root ${root}/www; }
+  }
+}
+`;
+}

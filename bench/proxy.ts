@@ -17,6 +17,7 @@ import {
   freePort,
   has,
   median,
+  nginxUpstreamConfig,
   ROOT,
   rssOf,
   spawnReady,
@@ -30,7 +31,6 @@ import {
 const ONLY = Deno.env.get("BENCH_ONLY");
 const RUNS = Number(Deno.env.get("BENCH_RUNS") ?? (ONLY === "policies" ? 7 : 3));
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
-const BODY_64 = "x".repeat(64);
 /** A small young generation: external buffers are freed sooner while bodies stream. */
 const SMALL_YOUNG = "--max-semi-space-size=1";
 const PLAIN_CASE = "portcullis via microsocks";
@@ -80,7 +80,7 @@ async function main() {
     const huge = await Deno.open(`${dir}/www/huge`, { create: true, write: true });
     await huge.truncate(1024 ** 3); // sparse: no disk used
     huge.close();
-    await Deno.writeTextFile(`${dir}/nginx.conf`, nginxConfig(dir, ports.nginx));
+    await Deno.writeTextFile(`${dir}/nginx.conf`, nginxUpstreamConfig(dir, dir, ports.nginx));
     children.push(
       await spawnReady("nginx", ["-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`], {
         port: ports.nginx,
@@ -371,30 +371,6 @@ function gatewayConfig(ports: Record<string, number>): Record<string, unknown> {
     },
     egress: { socks: [{ hostname: "127.0.0.1", port: ports.socks }] },
   };
-}
-
-function nginxConfig(dir: string, port: number): string {
-  return `worker_processes 1;
-daemon off;
-pid ${dir}/nginx.pid;
-error_log ${dir}/nginx-error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path ${dir}/body;
-  proxy_temp_path ${dir}/proxy;
-  fastcgi_temp_path ${dir}/fastcgi;
-  uwsgi_temp_path ${dir}/uwsgi;
-  scgi_temp_path ${dir}/scgi;
-  server {
-    listen 127.0.0.1:${port};
-    client_max_body_size 2g;
-    location = /small { default_type text/plain; return 200 "${BODY_64}"; }
-    location / { root ${dir}/www; }
-  }
-}
-`;
 }
 
 await main();

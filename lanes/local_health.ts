@@ -61,6 +61,8 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           uptime_seconds: Math.floor((Date.now() - services.startedAt) / 1000),
           active_requests: activeRequests(services),
           tenants: services.tenants().tenants.length,
+          workers: services.worker.count,
+          served_by_worker: services.worker.index,
           tls: services.tls?.status() ?? null,
         });
       },
@@ -114,10 +116,11 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
     {
       path: "/v1/config",
       methods: READ,
-      handle: function config(_context, services) {
+      handle: async function config(_context, services) {
         return jsonReply({
           ...configStatus(services.config, (p) => formatPath(p.path)),
-          ...(services.hubStatus ? { hub: services.hubStatus() } : {}),
+          served_by_worker: services.worker.index,
+          ...(services.hubStatus ? { hub: await services.hubStatus() } : {}),
         });
       },
     },
@@ -138,7 +141,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
         }
         const status = configStatus(services.config, (p) => formatPath(p.path));
         return jsonReply(
-          { outcome: outcome.outcome, ...status },
+          { outcome: outcome.outcome, ...status, served_by_worker: services.worker.index },
           outcome.outcome === "rejected" ? 422 : 200,
         );
       },

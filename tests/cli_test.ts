@@ -53,7 +53,7 @@ Deno.test("cli check: the example config prints a summary of lanes, ledger, tena
   assert.equal(result.code, 0, result.stderr);
   const out = result.stdout;
   assert.match(out, new RegExp(`^portcullis: ${EXAMPLE} is valid\n`));
-  assert.match(out, /^ {2}node example-edge, mode local$/m);
+  assert.match(out, /^ {2}node example-edge, mode local, 1 request worker$/m);
   assert.match(out, /^ {2}lane public: 127\.0\.0\.1:8080$/m);
   assert.match(out, /^ {4}routes \/healthz \+ tenants$/m);
   assert.match(out, /^ {2}lane local_health: 127\.0\.0\.1:9901$/m);

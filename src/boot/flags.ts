@@ -9,6 +9,7 @@
  * @module
  */
 import { dirname } from "node:path";
+import { fileURLToPath as fromFileUrl } from "node:url";
 import { type EdgeConfig, formatAddress, type ListenerAddress } from "../config/load.ts";
 import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
 
@@ -83,8 +84,24 @@ export function requiredGrants(config: EdgeConfig): Grant[] {
       purpose: "ACME challenge folder",
     });
   }
+  if (config.workers > 1) {
+    // A Worker loads its module graph from disk under the read permission (the main module's
+    // graph needs none): the gateway's own code folders, nothing else.
+    for (const folder of WORKER_CODE) {
+      grants.push({ name: "read", value: folder, purpose: "request worker code" });
+    }
+  }
   return [...grants, ...CODE_GRANTS];
 }
+
+/** The folders a request worker's modules load from (this checkout's `src/` and `lanes/`). */
+const WORKER_CODE: readonly string[] = import.meta.url.startsWith("file:")
+  ? [
+    fromFileUrl(new URL("../", import.meta.url)),
+    fromFileUrl(new URL("../../lanes/", import.meta.url)),
+  ]
+    .map((path) => path.replace(/\/$/, ""))
+  : [];
 
 /** What the code itself needs whatever the config: nothing but two ignored variable reads. */
 export const CODE_GRANTS: readonly Grant[] = [

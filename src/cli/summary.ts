@@ -16,7 +16,8 @@ export function summarizePlan<S>(plan: EdgePlan<S>): string {
   const { config, profile } = plan;
   const lines = [
     `portcullis: ${config.file} is valid`,
-    `  node ${config.nodeId}, mode ${config.mode}`,
+    `  node ${config.nodeId}, mode ${config.mode}, ${config.workers} request worker` +
+    `${config.workers === 1 ? "" : "s"}${config.workersSetting === "auto" ? " (auto)" : ""}`,
   ];
   for (const lane of plan.lanes) {
     const name = lane.table.descriptor.name;

@@ -142,6 +142,17 @@ export const BootstrapSchema = v.strictObject({
     v.string("Expected text"),
     v.regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "Expected 1-63 letters, digits, '.', '_' or '-'"),
   ),
+  /**
+   * Request workers: isolates that each serve every lane over one shared ledger. `auto` is one per
+   * available core.
+   */
+  workers: v.optional(
+    v.union(
+      [v.literal("auto"), wholeNumber(1, 64)],
+      'Expected "auto" or a whole number of workers from 1 to 64',
+    ),
+    1,
+  ),
   /** `local`: tenants from `tenants_dir`, watched; `remote`: tenants from the hub's stream. */
   mode: v.picklist(["local", "remote"], 'Expected "local" or "remote"'),
   /** Local mode: the runtime folder (`globals.yaml` and one file per tenant). */

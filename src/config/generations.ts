@@ -22,6 +22,8 @@ export interface Generation {
   readonly loadedAt: number;
   /** Where it came from: `directory`, `hub` or `cache`. */
   readonly source: GenerationSource;
+  /** The folder its files are in (body files resolve inside it). */
+  readonly dir: string;
   readonly registry: TenantRegistry;
   /** The files it was built from (name → text). */
   readonly texts: ReadonlyMap<string, string>;
@@ -31,6 +33,20 @@ export interface Generation {
 
 /** Where a generation came from. */
 export type GenerationSource = "directory" | "hub" | "cache";
+
+/** How the stores of request workers act as one. */
+export interface StoreSharing {
+  /**
+   * The live generation's number, shared by every worker (`Int32Array(1)` over shared memory); it
+   * must hold the first generation's number before any store reads it.
+   */
+  readonly pointer: Int32Array;
+  /**
+   * The owner only: builds a validated generation in every other worker; resolves with their
+   * problems (empty when all are ready), before the owner switches the pointer.
+   */
+  readonly prepareElsewhere?: (generation: Generation) => Promise<ConfigProblem[]>;
+}
 
 /** A set that was refused, and why. */
 export interface Rejection {
@@ -100,18 +116,72 @@ export class ConfigStore {
   #rejectedAt = -1;
   #goodAt = -1;
 
+  readonly #sharing?: StoreSharing;
+  /** Mirrors: generations built ahead of the owner's switch, by number. */
+  readonly #prepared = new Map<number, Generation>();
+
   /**
    * @param first the generation to start with
    * @param check further rules a set must pass on this process (e.g. every backend reachable)
+   * @param sharing request workers: the shared live-generation number, and (owner) how to prepare
+   *   a generation in every other worker before switching
    */
-  constructor(first: Generation, check: (registry: TenantRegistry) => ConfigProblem[] = () => []) {
+  constructor(
+    first: Generation,
+    check: (registry: TenantRegistry) => ConfigProblem[] = () => [],
+    sharing?: StoreSharing,
+  ) {
     this.#current = first;
     this.#check = check;
+    this.#sharing = sharing;
   }
 
-  /** The live generation. */
+  /** The live generation (with request workers: the one the shared pointer names). */
   get current(): Generation {
+    const pointer = this.#sharing?.pointer;
+    if (pointer) {
+      const live = Atomics.load(pointer, 0);
+      if (live !== this.#current.number) this.#follow(live);
+    }
     return this.#current;
+  }
+
+  /** A mirror moves to the generation the owner switched the shared pointer to. */
+  #follow(live: number): void {
+    const next = this.#prepared.get(live);
+    if (!next) return;
+    for (const number of this.#prepared.keys()) if (number <= live) this.#prepared.delete(number);
+    this.#current = next;
+    this.#goodAt = ++this.#decisions;
+    for (const listener of this.#listeners) listener(next);
+  }
+
+  /**
+   * A mirror builds a generation the owner validated, ready for the owner's switch; nothing
+   * changes until the shared pointer names it.
+   *
+   * @returns the problems if it could not be built here (then the owner does not switch)
+   */
+  prepare(offer: Offer & { readonly number: number; readonly hash: string }): Promise<
+    ConfigProblem[]
+  > {
+    const next = this.#queue.then(async () => {
+      const built = await buildRegistry(offer.dir, offer.texts, this.current.registry);
+      const problems = built.registry ? this.#check(built.registry) : built.problems;
+      if (problems.length > 0 || !built.registry) return problems;
+      this.#prepared.set(offer.number, {
+        number: offer.number,
+        hash: offer.hash,
+        loadedAt: Date.now(),
+        source: offer.source,
+        dir: offer.dir,
+        registry: built.registry,
+        texts: offer.texts,
+      });
+      return [];
+    });
+    this.#queue = next.catch(() => {});
+    return next;
   }
 
   /** The last set refused since start, if any. */
@@ -121,7 +191,7 @@ export class ConfigStore {
 
   /** The live registry: read it once per request. */
   registry(): TenantRegistry {
-    return this.#current.registry;
+    return this.current.registry;
   }
 
   /** Calls `listener` after each swap; returns a function that unregisters it. */
@@ -145,6 +215,18 @@ export class ConfigStore {
    */
   get rejectionSuperseded(): boolean {
     return this.#rejected !== undefined && this.#goodAt > this.#rejectedAt;
+  }
+
+  /**
+   * Copies another store's rejection record (a request worker mirroring the worker that owns the
+   * runtime source).
+   */
+  mirrorRejection(rejection: Rejection | undefined, superseded: boolean): void {
+    if (rejection === undefined) return;
+    this.#rejected = rejection;
+    this.#rejectedAt = ++this.#decisions;
+    if (superseded) this.#goodAt = ++this.#decisions;
+    this.#notify();
   }
 
   #recordRejection(rejection: Rejection): OfferOutcome {
@@ -195,7 +277,7 @@ export class ConfigStore {
 
   async #apply(offer: Offer): Promise<OfferOutcome> {
     const hash = offer.hash ?? await hashTexts(offer.texts);
-    const live = this.#current;
+    const live = this.current;
     if (hash === live.hash) {
       this.#recordGood();
       return { outcome: "unchanged", generation: live };
@@ -217,11 +299,23 @@ export class ConfigStore {
       hash,
       loadedAt: Date.now(),
       source: offer.source,
+      dir: offer.dir,
       registry: built.registry,
       texts: offer.texts,
       files: offer.files,
     };
+    const elsewhere = await this.#sharing?.prepareElsewhere?.(generation) ?? [];
+    if (elsewhere.length > 0) {
+      return this.#recordRejection({
+        at: Date.now(),
+        hash,
+        source: offer.source,
+        number,
+        problems: elsewhere,
+      });
+    }
     this.#current = generation;
+    if (this.#sharing) Atomics.store(this.#sharing.pointer, 0, number);
     this.#goodAt = ++this.#decisions;
     for (const listener of this.#listeners) listener(generation);
     this.#notify();

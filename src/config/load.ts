@@ -74,6 +74,10 @@ export interface EdgeConfig {
   readonly file: string;
   readonly nodeId: string;
   readonly mode: "local" | "remote";
+  /** Request workers to run (`auto` resolved to the available cores). */
+  readonly workers: number;
+  /** `workers` as written. */
+  readonly workersSetting: "auto" | number;
   /** The tenant set's source: a watched folder, or a hub. */
   readonly runtime: RuntimeSource;
   /** Configured lanes only; an absent lane is not served. */
@@ -166,6 +170,8 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     file,
     nodeId: raw.node_id,
     mode: raw.mode,
+    workers: raw.workers === "auto" ? Math.max(1, navigator.hardwareConcurrency || 1) : raw.workers,
+    workersSetting: raw.workers,
     runtime,
     lanes,
     timeouts: {

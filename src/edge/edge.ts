@@ -18,6 +18,7 @@ import type { LaneName } from "../ledger/lane.ts";
 import { type Clock, Ledger } from "../ledger/ledger.ts";
 import { ResponseStats } from "../observe/stats.ts";
 import { Egress } from "../egress/egress.ts";
+import { shareEgress } from "../egress/share.ts";
 import { PolicyStats } from "../policy/stats.ts";
 import { egressSettings } from "../egress/settings.ts";
 import { ConfigStore } from "../config/generations.ts";
@@ -36,6 +37,8 @@ import {
   listen,
 } from "./listeners.ts";
 import { checkReach, type EdgePlan } from "./plan.ts";
+import type { WorkerRole } from "./worker_role.ts";
+import { LedgerMemory } from "../ledger/memory.ts";
 import type { EdgeServices, EdgeState } from "./services.ts";
 
 /** Boot refused after planning: a bind failed or a post-bind check did not hold. */
@@ -60,6 +63,8 @@ export interface EdgeOptions {
   readonly random?: () => number;
   /** Where boot and drain lines go; defaults to stderr. */
   readonly log?: (line: string) => void;
+  /** This isolate's part in a multi-worker edge; absent for a single isolate. */
+  readonly worker?: WorkerRole;
 }
 
 /** A running edge. */
@@ -88,30 +93,42 @@ export async function startEdge(
 ): Promise<Edge> {
   const log = options.log ?? ((line: string) => console.error(line));
   const clock = options.clock ?? (() => performance.timeOrigin + performance.now());
-  const ledger = new Ledger(plan.profile, { clock });
+  const worker = options.worker;
+  const owns = !worker || worker.index === 0;
+  const memory = worker && LedgerMemory.attach(worker.ledger, worker.index);
+  const ledger = new Ledger(plan.profile, { clock, memory });
   const egress = new Egress(egressSettings(plan.config.egress), clock, options.random);
   const state: EdgeState = { ready: false, draining: false };
   let armed = false;
   let stopping: Promise<void> | undefined;
   let resolveFinished!: () => void;
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
+  const stopped = finished;
   const runtime = plan.config.runtime;
-  const store = new ConfigStore({
-    number: plan.runtime.hash === "" ? 0 : 1,
-    hash: plan.runtime.hash,
-    loadedAt: Date.now(),
-    source: plan.runtime.source,
-    registry: plan.tenants,
-    texts: plan.runtime.texts,
-  }, (registry) => checkReach(plan.config, registry));
-  const reloader = runtime.kind === "local"
+  const store = new ConfigStore(
+    {
+      number: worker?.first?.number ?? (plan.runtime.hash === "" ? 0 : 1),
+      hash: plan.runtime.hash,
+      loadedAt: worker?.first?.loadedAt ?? Date.now(),
+      source: plan.runtime.source,
+      dir: plan.runtime.dir,
+      registry: plan.tenants,
+      texts: plan.runtime.texts,
+    },
+    (registry) => checkReach(plan.config, registry),
+    worker && {
+      pointer: new Int32Array(worker.generation),
+      prepareElsewhere: worker.prepareElsewhere,
+    },
+  );
+  const reloader = owns && runtime.kind === "local"
     ? runtimeReloader(runtime.dir, store, {
       watch: runtime.watch,
       debounceMs: runtime.debounceMs,
       log,
     })
     : undefined;
-  const follower = runtime.kind === "remote"
+  const follower = owns && runtime.kind === "remote"
     ? followHub(store, {
       nodeId: plan.config.nodeId,
       hub: runtime.hub,
@@ -120,9 +137,11 @@ export async function startEdge(
       random: options.random,
     })
     : undefined;
+  const stopSharing = worker ? shareEgress(egress, worker.egressChannel) : () => {};
   const stopRuntime = () => {
     reloader?.stop();
     follower?.stop();
+    stopSharing();
   };
 
   const tlsConfig = plan.config.tls;
@@ -152,7 +171,7 @@ export async function startEdge(
     version: options.version,
     startedAt: Date.now(),
     ledger,
-    stats: new ResponseStats(),
+    stats: new ResponseStats(worker?.stats, worker?.index),
     policyStats: new PolicyStats(),
     state,
     tenants: () => store.registry(),
@@ -161,9 +180,20 @@ export async function startEdge(
       ? () => reloader.reload()
       : follower
       ? () => follower.pollNow()
+      : worker?.owner && (() => worker.owner!.reloadConfig()),
+    hubStatus: follower
+      ? () => follower.status()
+      : worker?.owner && runtime.kind === "remote"
+      ? () => worker.owner!.hubStatus()
       : undefined,
-    hubStatus: follower && (() => follower.status()),
-    drain: () => drain(),
+    worker: { index: worker?.index ?? 0, count: worker?.count ?? 1 },
+    drain: () => {
+      if (worker?.owner) {
+        worker.owner.drain();
+        return stopped;
+      }
+      return drain();
+    },
     egress,
     trusted: AddressSet.of(plan.config.trustedProxies),
     clock,
@@ -188,9 +218,12 @@ export async function startEdge(
     tls: plan.config.tls,
     helloTimeoutMs: plan.config.passthrough?.helloTimeoutMs ?? 5000,
   };
+  // Only one socket can own a Unix path: the first worker binds those.
   const bound: Bound[] = plan.lanes.flatMap((lane) =>
-    lane.listen.map((address, index) =>
-      createListener(lane.table, lane.role, index, address, bindContext)
+    lane.listen.flatMap((address, index) =>
+      address.kind === "unix" && !owns
+        ? []
+        : [createListener(lane.table, lane.role, index, address, bindContext)]
     )
   );
   const objectProblems = checkDistinctObjects(bound);
@@ -199,7 +232,7 @@ export async function startEdge(
   const listening: Bound[] = [];
   try {
     for (const grant of bound) {
-      await listen(grant);
+      await listen(grant, worker !== undefined);
       listening.push(grant);
     }
   } catch (error) {
@@ -220,6 +253,16 @@ export async function startEdge(
     stopWatching();
     stopRuntime();
     throw new BootError(overlap.map((p) => p.message));
+  }
+  if (worker) {
+    try {
+      await worker.armGate(actual);
+    } catch (error) {
+      await Promise.all(listening.map((grant) => closeListener(grant)));
+      stopWatching();
+      stopRuntime();
+      throw error instanceof BootError ? error : new BootError([(error as Error).message]);
+    }
   }
   armed = true;
   state.ready = true;

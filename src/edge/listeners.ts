@@ -132,12 +132,18 @@ export function describeListener(bound: Pick<Bound, "lane" | "role">): string {
   return `lane "${bound.lane}"${bound.role ? ` (${bound.role})` : ""}`;
 }
 
-/** Binds one listener of a lane; the error names the lane, the address and the reason. */
-export function listen(bound: Bound): Promise<void> {
+/**
+ * Binds one listener of a lane; the error names the lane, the address and the reason.
+ *
+ * @param reusePort let other request workers bind the same TCP address (the kernel spreads
+ *   connections among them)
+ */
+export function listen(bound: Bound, reusePort = false): Promise<void> {
   return bindServer(
     bound.server,
     bound.address,
     `Cannot bind ${describeListener(bound)} on ${formatAddress(bound.address)}`,
+    reusePort,
   );
 }
 
@@ -151,6 +157,7 @@ export async function bindServer(
   server: Server,
   address: ListenerAddress,
   what: string,
+  reusePort = false,
 ): Promise<void> {
   if (address.kind === "unix") {
     const busy = await clearStaleSocket(address.path);
@@ -176,7 +183,10 @@ export async function bindServer(
     };
     try {
       if (address.kind === "unix") server.listen({ path: address.path }, ready);
-      else server.listen({ host: address.hostname, port: address.port, exclusive: true }, ready);
+      else {
+        const { hostname: host, port } = address;
+        server.listen({ host, port, exclusive: true, ...(reusePort ? { reusePort } : {}) }, ready);
+      }
     } catch (error) {
       fail(error as NodeJS.ErrnoException);
     }

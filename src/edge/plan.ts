@@ -25,6 +25,14 @@ export interface PlannedLane<S> {
   readonly role: "serve" | ListenerRole;
 }
 
+/** What a generation was built from: enough to build it again in another worker. */
+export interface RuntimeSnapshot {
+  readonly dir: string;
+  readonly texts: ReadonlyMap<string, string>;
+  readonly hash: string;
+  readonly source: GenerationSource;
+}
+
 /** Everything `serve` needs, checked. */
 export interface EdgePlan<S> {
   readonly config: EdgeConfig;
@@ -33,12 +41,7 @@ export interface EdgePlan<S> {
   /** The first generation's registry. */
   readonly tenants: TenantRegistry;
   /** What the first generation was built from. */
-  readonly runtime: {
-    readonly dir: string;
-    readonly texts: ReadonlyMap<string, string>;
-    readonly hash: string;
-    readonly source: GenerationSource;
-  };
+  readonly runtime: RuntimeSnapshot;
   readonly grants: readonly Grant[];
 }
 
@@ -53,6 +56,7 @@ export interface EdgePlan<S> {
 export async function planEdge<S>(
   config: EdgeConfig,
   descriptors: readonly LaneDescriptor<S>[],
+  options: { readonly first?: RuntimeSnapshot } = {},
 ): Promise<EdgePlan<S>> {
   const problems: ConfigProblem[] = [];
   const problem = (path: (string | number)[], value: unknown, message: string) =>
@@ -61,7 +65,9 @@ export async function planEdge<S>(
   const enabled = configuredLanes(config);
 
   // Tenants load first: a high-priority route gives the public lane a default priority reserve.
-  const first = await firstGeneration(config);
+  const first = options.first
+    ? { ...options.first, ...(await buildRegistry(options.first.dir, options.first.texts)) }
+    : await firstGeneration(config);
   const tenants = first.registry;
   const tenantProblems = first.problems;
   const priorityRoutes = tenants?.tenants.some((t) =>

@@ -39,7 +39,9 @@ export interface EdgeServices {
   /** Reloads the runtime config now: the folder (local mode), or a fresh poll of the hub. */
   readonly reloadConfig?: () => Promise<OfferOutcome>;
   /** Remote mode: the hub connection's state, for `/v1/config`. */
-  readonly hubStatus?: () => Record<string, unknown>;
+  readonly hubStatus?: () => Record<string, unknown> | Promise<Record<string, unknown>>;
+  /** Which request worker this is (0 when there is one), and how many there are. */
+  readonly worker: { readonly index: number; readonly count: number };
   /** Starts draining (idempotent); resolves when the edge has stopped. */
   drain(): Promise<void>;
   /** The way out: SOCKS pool, direct allowlist, breakers, retries. */

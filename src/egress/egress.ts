@@ -61,6 +61,8 @@ export class Egress {
   readonly #clock: () => number;
   #retries = 0;
   #budgetRefusals = 0;
+  /** Outcomes not yet shared with the other request workers (undefined: not sharing). */
+  #outbox?: OutcomeBatch;
 
   /**
    * @param settings the egress config
@@ -139,6 +141,50 @@ export class Egress {
     if (way.kind === "socks") this.pool.finish(way.pick, outcome.instanceOk, outcome.latencyMs);
     if (outcome.backendOk === true) this.cache.success(backend.key);
     else if (outcome.backendOk === false) this.cache.failure(backend.key);
+    const outbox = this.#outbox;
+    if (outbox) {
+      if (way.kind === "socks" && !way.pick.fallback) {
+        outbox.instances.push(way.pick.index, outcome.instanceOk ? 1 : 0);
+      }
+      if (outcome.backendOk !== undefined) {
+        outbox.backends.push(backend.key, outcome.backendOk ? 1 : 0);
+      }
+    }
+  }
+
+  /** Starts collecting outcomes for {@link takeOutcomes} (request workers share them). */
+  shareOutcomes(): void {
+    this.#outbox ??= { instances: [], backends: [] };
+  }
+
+  /** The outcomes collected since the last call; undefined when there are none. */
+  takeOutcomes(): OutcomeBatch | undefined {
+    const outbox = this.#outbox;
+    if (!outbox || (outbox.instances.length === 0 && outbox.backends.length === 0)) {
+      return undefined;
+    }
+    this.#outbox = { instances: [], backends: [] };
+    return outbox;
+  }
+
+  /**
+   * Learns outcomes another worker observed: each instance outcome enters that instance's breaker
+   * window and counters, each backend outcome the negative cache. Trials stay each worker's own.
+   */
+  applyOutcomes(batch: OutcomeBatch): void {
+    const { instances, backends } = batch;
+    for (let i = 0; i + 1 < instances.length; i += 2) {
+      const index = instances[i];
+      if (Number.isInteger(index) && index >= 0 && index < this.pool.size) {
+        this.pool.observe(index, instances[i + 1] === 1);
+      }
+    }
+    for (let i = 0; i + 1 < backends.length; i += 2) {
+      const key = backends[i];
+      if (typeof key !== "string") continue;
+      if (backends[i + 1] === 1) this.cache.success(key);
+      else this.cache.failure(key);
+    }
   }
 
   /**
@@ -200,6 +246,12 @@ export class Egress {
     this.#directAgent.destroy();
     for (const agent of this.#socksAgents) agent.destroy();
   }
+}
+
+/** Outcomes as flat pairs: `[instance, ok, …]` and `[backend key, ok, …]` (ok is 1 or 0). */
+export interface OutcomeBatch {
+  readonly instances: number[];
+  readonly backends: (string | number)[];
 }
 
 /** What `/v1/egress` shows. */

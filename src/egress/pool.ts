@@ -216,6 +216,16 @@ export class InstancePool {
     return true;
   }
 
+  /**
+   * Records an outcome another request worker observed on instance `index`: counters and the
+   * breaker's window (ignored while the breaker is not closed, like any late outcome).
+   */
+  observe(index: number, ok: boolean): void {
+    this.#requests[index]++;
+    if (!ok) this.#failures[index]++;
+    this.#breakers[index].record(ok, false, this.#clock());
+  }
+
   /** `2·active + latency_ms/100 + 10·error_rate` of instance `index`; lower is better. */
   score(index: number): number {
     return 2 * this.#active[index] + this.#latency[index] / 100 +

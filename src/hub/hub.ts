@@ -85,6 +85,7 @@ export async function startHub(
     hash: first.hash,
     loadedAt: Date.now(),
     source: "directory",
+    dir: config.runtimeDir,
     registry: built.registry,
     texts,
     files: first.files,

@@ -11,10 +11,34 @@ export const STATUS_CLASSES = ["1xx", "2xx", "3xx", "4xx", "5xx"] as const;
 const STRIDE = STATUS_CLASSES.length + 2;
 const WITHHELD = STATUS_CLASSES.length;
 const PROTOCOL = STATUS_CLASSES.length + 1;
+const STRIPE_LENGTH = LANE_NAMES.length * STRIDE;
+const STRIPE_BYTES = STRIPE_LENGTH * 8;
 
-/** Per-lane response counters. */
+/**
+ * Per-lane response counters. With request workers, every worker writes its own stripe of one
+ * shared buffer and a reading sums the stripes, so any worker reports the whole process.
+ */
 export class ResponseStats {
-  readonly #counts = new Float64Array(LANE_NAMES.length * STRIDE);
+  readonly #all: Float64Array;
+  readonly #counts: Float64Array;
+
+  /**
+   * @param shared the buffer from {@link ResponseStats.allocate} (default: a private one)
+   * @param stripe this worker's stripe in it
+   */
+  constructor(shared?: SharedArrayBuffer | ArrayBuffer, stripe = 0) {
+    this.#all = new Float64Array(shared ?? new ArrayBuffer(STRIPE_BYTES));
+    const stripes = this.#all.length / STRIPE_LENGTH;
+    if (!Number.isInteger(stripe) || stripe < 0 || stripe >= stripes) {
+      throw new RangeError(`Stats stripe ${stripe} is outside 0..${stripes - 1}`);
+    }
+    this.#counts = this.#all.subarray(stripe * STRIPE_LENGTH, (stripe + 1) * STRIPE_LENGTH);
+  }
+
+  /** A shared buffer for `stripes` workers. */
+  static allocate(stripes: number): SharedArrayBuffer {
+    return new SharedArrayBuffer(STRIPE_BYTES * stripes);
+  }
 
   /** Counts a response with `status` on `lane`. */
   response(lane: LaneName, status: number): void {
@@ -39,12 +63,15 @@ export class ResponseStats {
     protocol_errors: number;
   } {
     const base = laneIndex(lane) * STRIDE;
-    const responses = {} as Record<typeof STATUS_CLASSES[number], number>;
-    STATUS_CLASSES.forEach((cls, i) => responses[cls] = this.#counts[base + i]);
-    return {
-      responses,
-      withheld: this.#counts[base + WITHHELD],
-      protocol_errors: this.#counts[base + PROTOCOL],
+    const sum = (offset: number) => {
+      let total = 0;
+      for (let at = base + offset; at < this.#all.length; at += STRIPE_LENGTH) {
+        total += this.#all[at];
+      }
+      return total;
     };
+    const responses = {} as Record<typeof STATUS_CLASSES[number], number>;
+    STATUS_CLASSES.forEach((cls, i) => responses[cls] = sum(i));
+    return { responses, withheld: sum(WITHHELD), protocol_errors: sum(PROTOCOL) };
   }
 }

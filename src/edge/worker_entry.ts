@@ -1,0 +1,131 @@
+/**
+ * A request worker (1 … N−1) of a multi-worker edge: loads the same config, plans with the owner's
+ * first generation, binds every TCP listener with `reusePort`, reports them and waits to be armed,
+ * then serves. It mirrors the owner's generations and rejection record, and asks the owner for a
+ * reload, the hub's status or a drain.
+ *
+ * @module
+ */
+import { LANES } from "../../lanes/mod.ts";
+import type { OfferOutcome, Rejection } from "../config/generations.ts";
+import { loadConfig } from "../config/load.ts";
+import { ConfigError, formatProblem } from "../config/problems.ts";
+import { BootError, type Edge, startEdge } from "./edge.ts";
+import { planEdge } from "./plan.ts";
+import type { ToOwner, ToWorker } from "./worker_messages.ts";
+
+const scope = self as unknown as {
+  postMessage(message: ToOwner): void;
+  onmessage: ((event: MessageEvent<ToWorker>) => void) | null;
+  close(): void;
+};
+let edge: Edge | undefined;
+let chain: Promise<unknown> = Promise.resolve();
+let arm: { resolve: () => void; reject: (error: BootError) => void } | undefined;
+const calls = new Map<number, { resolve: (value: unknown) => void; reject: (e: Error) => void }>();
+let nextCall = 0;
+
+function call(method: "reload" | "hubStatus"): Promise<unknown> {
+  const id = nextCall++;
+  scope.postMessage({ type: "call", id, method });
+  return new Promise((resolve, reject) => calls.set(id, { resolve, reject }));
+}
+
+scope.onmessage = (event) => {
+  const message = event.data;
+  if (message.type === "arm") return arm?.resolve();
+  if (message.type === "refuse") return arm?.reject(new BootError(message.reasons));
+  if (message.type === "result") {
+    const pending = calls.get(message.id);
+    calls.delete(message.id);
+    // Settle after the generation messages that came before the answer have been applied.
+    chain = chain.then(() => {
+      if (message.error !== undefined) pending?.reject(new Error(message.error));
+      else pending?.resolve(message.value);
+    });
+    return;
+  }
+  chain = chain.then(() => handle(message)).catch((error) =>
+    console.error(`portcullis: worker: ${error}`)
+  );
+};
+
+async function handle(message: ToWorker): Promise<void> {
+  if (message.type === "start") return await start(message);
+  if (!edge) return;
+  const store = edge.services.config;
+  if (message.type === "prepare") {
+    const problems = await store.prepare({
+      dir: message.dir,
+      texts: new Map(message.texts),
+      source: message.source,
+      hash: message.hash,
+      number: message.number,
+    });
+    scope.postMessage({ type: "prepared", number: message.number, problems });
+  } else if (message.type === "status") {
+    store.mirrorRejection(message.rejected, message.superseded);
+  } else if (message.type === "drain") {
+    await edge.drain();
+  } else if (message.type === "close") {
+    await edge.close();
+  }
+}
+
+async function start(message: Extract<ToWorker, { type: "start" }>): Promise<void> {
+  const prefix = `portcullis: worker ${message.index}: `;
+  const log = (line: string) => console.error(line.replace(/^portcullis: /, prefix));
+  try {
+    const config = await loadConfig(message.file);
+    const first = message.first;
+    const plan = await planEdge(config, LANES, {
+      first: {
+        dir: first.dir,
+        texts: new Map(first.texts),
+        hash: first.hash,
+        source: first.source,
+      },
+    });
+    edge = await startEdge(plan, {
+      version: message.version,
+      log,
+      worker: {
+        index: message.index,
+        count: message.count,
+        ledger: message.ledger,
+        stats: message.stats,
+        egressChannel: message.egressChannel,
+        generation: message.generation,
+        first: { number: first.number, loadedAt: first.loadedAt },
+        armGate(listeners) {
+          scope.postMessage({ type: "listeners", listeners });
+          return new Promise((resolve, reject) => arm = { resolve, reject });
+        },
+        owner: {
+          async reloadConfig(): Promise<OfferOutcome> {
+            const value = await call("reload") as { outcome: string; rejection?: Rejection };
+            const live = edge!.services.config.current;
+            if (value.outcome === "rejected") {
+              return { outcome: "rejected", rejection: value.rejection! };
+            }
+            return { outcome: value.outcome as "loaded" | "unchanged", generation: live };
+          },
+          hubStatus: () => call("hubStatus") as Promise<Record<string, unknown>>,
+          drain: () => scope.postMessage({ type: "drain" }),
+        },
+      },
+    });
+    scope.postMessage({ type: "armed" });
+    edge.finished.then(() => {
+      scope.postMessage({ type: "finished" });
+      scope.close();
+    });
+  } catch (error) {
+    const reasons = error instanceof ConfigError
+      ? error.problems.map(formatProblem)
+      : error instanceof BootError
+      ? [...error.reasons]
+      : [String(error)];
+    scope.postMessage({ type: "boot-failed", reasons });
+  }
+}

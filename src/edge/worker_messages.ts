@@ -1,0 +1,57 @@
+/**
+ * The messages between worker 0 (the owner) and the other request workers. Plain data only: what
+ * crosses is structured-cloned.
+ *
+ * @module
+ */
+import type { LaneListener } from "../boot/distinct.ts";
+import type { GenerationSource, Rejection } from "../config/generations.ts";
+import type { LedgerBuffers } from "../ledger/memory.ts";
+import type { ConfigProblem } from "../config/problems.ts";
+
+/** A generation as plain data: enough to rebuild it. */
+export interface GenerationData {
+  readonly number: number;
+  readonly loadedAt: number;
+  readonly hash: string;
+  readonly source: GenerationSource;
+  readonly dir: string;
+  readonly texts: [string, string][];
+}
+
+/** From the owner to a worker. */
+export type ToWorker =
+  | {
+    readonly type: "start";
+    readonly file: string;
+    readonly version: string;
+    readonly index: number;
+    readonly count: number;
+    readonly ledger: LedgerBuffers;
+    readonly stats: SharedArrayBuffer;
+    readonly egressChannel: string;
+    readonly generation: SharedArrayBuffer;
+    readonly first: GenerationData;
+  }
+  | { readonly type: "arm" }
+  | { readonly type: "refuse"; readonly reasons: readonly string[] }
+  | ({ readonly type: "prepare" } & GenerationData)
+  | { readonly type: "status"; readonly rejected?: Rejection; readonly superseded: boolean }
+  | { readonly type: "drain" }
+  | { readonly type: "close" }
+  | {
+    readonly type: "result";
+    readonly id: number;
+    readonly value?: unknown;
+    readonly error?: string;
+  };
+
+/** From a worker to the owner. */
+export type ToOwner =
+  | { readonly type: "listeners"; readonly listeners: readonly LaneListener[] }
+  | { readonly type: "boot-failed"; readonly reasons: readonly string[] }
+  | { readonly type: "armed" }
+  | { readonly type: "finished" }
+  | { readonly type: "prepared"; readonly number: number; readonly problems: ConfigProblem[] }
+  | { readonly type: "drain" }
+  | { readonly type: "call"; readonly id: number; readonly method: "reload" | "hubStatus" };

@@ -1,0 +1,45 @@
+/**
+ * What one isolate of a multi-worker edge is told at start: its stripe of the shared ledger and
+ * response counters, whether it owns the runtime source (the folder watch or the hub stream — the
+ * first worker does; the others mirror its generations), whether it binds the Unix-socket
+ * listeners (only one socket can own a path), and how it asks the owner for what only the owner
+ * can do.
+ *
+ * @module
+ */
+import type { LaneListener } from "../boot/distinct.ts";
+import type { Generation, OfferOutcome } from "../config/generations.ts";
+import type { ConfigProblem } from "../config/problems.ts";
+import type { LedgerBuffers } from "../ledger/memory.ts";
+
+/** The owner's side of what a mirror may ask for. */
+export interface OwnerCalls {
+  reloadConfig(): Promise<OfferOutcome>;
+  hubStatus(): Promise<Record<string, unknown>>;
+  /** Starts the drain of every worker. */
+  drain(): void;
+}
+
+/** One worker's part in a multi-worker edge. */
+export interface WorkerRole {
+  /** 0 … count − 1; worker 0 owns the runtime source and the Unix sockets. */
+  readonly index: number;
+  readonly count: number;
+  readonly ledger: LedgerBuffers;
+  readonly stats: SharedArrayBuffer;
+  /** The live generation's number, shared (`Int32Array(1)`). */
+  readonly generation: SharedArrayBuffer;
+  /** The owner: builds a generation in every other worker before switching to it. */
+  readonly prepareElsewhere?: (generation: Generation) => Promise<ConfigProblem[]>;
+  /** The `BroadcastChannel` on which the workers share egress outcomes. */
+  readonly egressChannel: string;
+  /** The first generation's number and load time, as the owner has them. */
+  readonly first?: { readonly number: number; readonly loadedAt: number };
+  /**
+   * Resolves once every worker's bound listeners are checked together (this worker's are given);
+   * rejects, with the reasons, to refuse the boot. Nothing is served before it resolves.
+   */
+  armGate(listeners: readonly LaneListener[]): Promise<void>;
+  /** Mirrors: the owner's calls. */
+  readonly owner?: OwnerCalls;
+}

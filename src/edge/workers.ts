@@ -1,0 +1,314 @@
+/**
+ * Request workers: one edge served by N isolates. Worker 0 runs here and owns the runtime source
+ * (folder watch or hub stream), the Unix-socket listeners and the signals; workers 1 … N−1 run in
+ * `Worker`s (same permissions) and bind every TCP listener of every lane with `reusePort`, so the
+ * kernel spreads connections among them. All of them count in one ledger (`SharedArrayBuffer`
+ * gauges and counter stripes) and one set of response counters; generations swapped in by worker 0
+ * are rebuilt in every other worker from the same files; egress outcomes are shared in batches.
+ *
+ * Nothing is served before every worker has bound its listeners and the sets were checked
+ * together: each worker must hold exactly worker 0's TCP listeners, lane for lane.
+ *
+ * @module
+ */
+import type { LaneListener } from "../boot/distinct.ts";
+import type { Rejection } from "../config/generations.ts";
+import type { ConfigProblem } from "../config/problems.ts";
+import { formatAddress } from "../config/load.ts";
+import { LedgerMemory } from "../ledger/memory.ts";
+import { ResponseStats } from "../observe/stats.ts";
+import { BootError, type Edge, type EdgeOptions, startEdge } from "./edge.ts";
+import type { EdgePlan } from "./plan.ts";
+import type { EdgeServices } from "./services.ts";
+import type { ToOwner, ToWorker } from "./worker_messages.ts";
+
+/**
+ * Starts an edge with `plan.config.workers` request workers (one: a plain {@link startEdge}).
+ *
+ * @throws {BootError} when any worker cannot bind or the workers' listeners disagree
+ */
+export async function startWorkers(
+  plan: EdgePlan<EdgeServices>,
+  options: EdgeOptions,
+): Promise<Edge> {
+  const count = plan.config.workers;
+  if (count <= 1) return await startEdge(plan, options);
+  const log = options.log ?? ((line: string) => console.error(line));
+  const ledger = LedgerMemory.create(count, true).buffers;
+  const stats = ResponseStats.allocate(count);
+  const egressChannel = `portcullis-egress-${crypto.randomUUID()}`;
+  const generation = new SharedArrayBuffer(4);
+  const firstNumber = plan.runtime.hash === "" ? 0 : 1;
+  Atomics.store(new Int32Array(generation), 0, firstNumber);
+  const preparing = new Map<
+    number,
+    { left: Set<number>; problems: ConfigProblem[]; done: () => void }
+  >();
+  const gate = new ArmGate(count);
+  const workers: Worker[] = [];
+  const finished: Promise<void>[] = [];
+  const armed: Promise<void>[] = [];
+  let edge: Edge | undefined;
+  const post = (message: ToWorker) => {
+    for (const worker of workers) worker.postMessage(message);
+  };
+
+  for (let index = 1; index < count; index++) {
+    const worker = new Worker(new URL("./worker_entry.ts", import.meta.url), {
+      type: "module",
+      name: `portcullis-worker-${index}`,
+    });
+    workers.push(worker);
+    let resolveDone!: () => void;
+    finished.push(new Promise((resolve) => resolveDone = resolve));
+    let resolveArmed!: () => void;
+    armed.push(new Promise((resolve) => resolveArmed = resolve));
+    worker.onerror = (event) => {
+      event.preventDefault();
+      gate.fail([`Worker ${index} failed: ${event.message}`]);
+      resolveDone();
+    };
+    worker.onmessage = async (event: MessageEvent<ToOwner>) => {
+      const message = event.data;
+      if (message.type === "listeners") {
+        gate.report(index, message.listeners).then(
+          () => worker.postMessage({ type: "arm" } satisfies ToWorker),
+          (error: BootError) =>
+            worker.postMessage({ type: "refuse", reasons: error.reasons } satisfies ToWorker),
+        );
+      } else if (message.type === "boot-failed") {
+        gate.fail(message.reasons.map((reason) => `Worker ${index}: ${reason}`));
+        resolveDone();
+      } else if (message.type === "prepared") {
+        const pending = preparing.get(message.number);
+        if (pending) {
+          pending.problems.push(...message.problems.map((p) => ({
+            ...p,
+            message: `Worker ${index} could not build it: ${p.message}`,
+          })));
+          pending.left.delete(index);
+          if (pending.left.size === 0) pending.done();
+        }
+      } else if (message.type === "armed") {
+        resolveArmed();
+      } else if (message.type === "finished") {
+        resolveDone();
+      } else if (message.type === "drain") {
+        edge?.drain();
+      } else if (message.type === "call") {
+        worker.postMessage(await ownerCall(edge, message.id, message.method));
+      }
+    };
+    const first = plan.runtime;
+    worker.postMessage(
+      {
+        type: "start",
+        file: plan.config.file,
+        version: options.version,
+        index,
+        count,
+        ledger,
+        stats,
+        egressChannel,
+        generation,
+        first: {
+          dir: first.dir,
+          texts: [...first.texts],
+          hash: first.hash,
+          source: first.source,
+          number: firstNumber,
+          loadedAt: Date.now(),
+        },
+      } satisfies ToWorker,
+    );
+  }
+
+  const terminate = async () => {
+    post({ type: "close" });
+    await Promise.race([Promise.all(finished), new Promise((r) => setTimeout(r, 2000))]);
+    for (const worker of workers) worker.terminate();
+  };
+  try {
+    edge = await startEdge(plan, {
+      ...options,
+      log,
+      worker: {
+        index: 0,
+        count,
+        ledger,
+        stats,
+        egressChannel,
+        generation,
+        armGate: (listeners) => gate.report(0, listeners),
+        prepareElsewhere(g) {
+          const problems: ConfigProblem[] = [];
+          const ready = new Promise<void>((done) => {
+            preparing.set(g.number, {
+              left: new Set(workers.map((_, i) => i + 1)),
+              problems,
+              done,
+            });
+          });
+          post({
+            type: "prepare",
+            number: g.number,
+            loadedAt: g.loadedAt,
+            hash: g.hash,
+            source: g.source,
+            dir: g.dir,
+            texts: [...g.texts],
+          });
+          let timer: ReturnType<typeof setTimeout> | undefined;
+          const late = new Promise<void>((resolve) => {
+            timer = setTimeout(() => {
+              const left = [...preparing.get(g.number)?.left ?? []];
+              problems.push({
+                file: g.dir,
+                path: [],
+                message: `Worker(s) ${left.join(", ")} did not build the set within 10 s`,
+              });
+              resolve();
+            }, 10_000);
+          });
+          return Promise.race([ready, late]).then(() => {
+            clearTimeout(timer);
+            preparing.delete(g.number);
+            return problems;
+          });
+        },
+      },
+    });
+    // Ready means every worker serves: wait for each to be armed, not only this one.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<"late">((resolve) =>
+      timer = setTimeout(() => resolve("late"), 10_000)
+    );
+    const outcome = await Promise.race([Promise.all(armed), late]);
+    clearTimeout(timer);
+    if (outcome === "late") {
+      await edge.close();
+      throw new BootError(["A request worker was not armed within 10 s"]);
+    }
+  } catch (error) {
+    gate.fail([(error as Error).message]);
+    await terminate();
+    throw error;
+  }
+  const store = edge.services.config;
+  store.onStatus(() =>
+    post({
+      type: "status",
+      rejected: store.lastRejected as Rejection | undefined,
+      superseded: store.rejectionSuperseded,
+    })
+  );
+  log(`portcullis: ${count} request workers share one ledger`);
+
+  const own = edge;
+  let stopping: Promise<void> | undefined;
+  const all = (stop: () => Promise<void>, message: ToWorker) => {
+    stopping ??= (async () => {
+      post(message);
+      await Promise.all([stop(), ...finished]);
+      for (const worker of workers) worker.terminate();
+    })();
+    return stopping;
+  };
+  return {
+    services: own.services,
+    listeners: own.listeners,
+    drain: () => all(() => own.drain(), { type: "drain" }),
+    close: () => all(() => own.close(), { type: "close" }),
+    finished: own.finished.then(() => Promise.all(finished)).then(() => {}),
+  };
+}
+
+/** Answers a mirror's call on the owner's edge. */
+async function ownerCall(
+  edge: Edge | undefined,
+  id: number,
+  method: "reload" | "hubStatus",
+): Promise<ToWorker> {
+  try {
+    if (!edge) throw new Error("The edge is not running yet");
+    const services = edge.services;
+    if (method === "hubStatus") {
+      return { type: "result", id, value: await services.hubStatus?.() ?? null };
+    }
+    if (!services.reloadConfig) throw new Error("This edge has no runtime source to reload");
+    const outcome = await services.reloadConfig();
+    return {
+      type: "result",
+      id,
+      value: outcome.outcome === "rejected"
+        ? { outcome: "rejected", rejection: outcome.rejection }
+        : { outcome: outcome.outcome },
+    };
+  } catch (error) {
+    return { type: "result", id, error: (error as Error).message };
+  }
+}
+
+/**
+ * Holds every worker's arming until all have bound, then checks the sets together: each worker
+ * must hold worker 0's TCP listeners exactly (same lane, role and index for each address).
+ */
+class ArmGate {
+  readonly #count: number;
+  readonly #reports = new Map<number, readonly LaneListener[]>();
+  readonly #decided: Promise<void>;
+  #resolve!: () => void;
+  #reject!: (error: BootError) => void;
+  #failed = false;
+
+  constructor(count: number) {
+    this.#count = count;
+    this.#decided = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    this.#decided.catch(() => {});
+  }
+
+  report(index: number, listeners: readonly LaneListener[]): Promise<void> {
+    this.#reports.set(index, listeners);
+    if (this.#reports.size === this.#count && !this.#failed) {
+      const reasons = compareWorkers(this.#reports);
+      if (reasons.length > 0) this.fail(reasons);
+      else this.#resolve();
+    }
+    return this.#decided;
+  }
+
+  fail(reasons: readonly string[]): void {
+    if (this.#failed) return;
+    this.#failed = true;
+    this.#reject(new BootError(reasons));
+  }
+}
+
+function describe(listener: LaneListener): string {
+  const role = listener.role ? ` (${listener.role})` : "";
+  return `lane "${listener.lane}"${role} listener ${listener.index} on ${
+    formatAddress(listener.address)
+  }`;
+}
+
+/** Reasons the workers' listener sets differ; empty when every worker matches worker 0. */
+export function compareWorkers(reports: ReadonlyMap<number, readonly LaneListener[]>): string[] {
+  const tcp = (listeners: readonly LaneListener[]) =>
+    new Set(listeners.filter((l) => l.address.kind === "tcp").map(describe));
+  const reference = tcp(reports.get(0) ?? []);
+  const reasons: string[] = [];
+  for (const [index, listeners] of reports) {
+    if (index === 0) continue;
+    const mine = tcp(listeners);
+    for (const item of mine) {
+      if (!reference.has(item)) reasons.push(`Worker ${index} bound ${item}; worker 0 did not`);
+    }
+    for (const item of reference) {
+      if (!mine.has(item)) reasons.push(`Worker ${index} did not bind ${item}`);
+    }
+  }
+  return reasons;
+}
