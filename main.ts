@@ -126,7 +126,7 @@ async function run(verb: string, file: string): Promise<number> {
     `portcullis: ready: node ${config.nodeId}, ` +
       `${new Set(plan.lanes.map((l) => l.table.descriptor.name)).size} lanes, ` +
       `${plan.tenants.tenants.length} tenants` +
-      (config.workers > 1 ? `, ${config.workers} request workers` : ""),
+      (config.workers > 1 ? `, ${config.workers} public request workers` : ""),
   );
   await edge.finished;
   Deno.removeSignalListener("SIGTERM", onSignal);

@@ -161,7 +161,8 @@ backend b
   admin off
   auto_https off
 }
-http://127.0.0.1:${ports.caddy} {
+http://:${ports.caddy} {
+  bind 127.0.0.1
   reverse_proxy ${upstream}
 }
 `,
@@ -216,7 +217,7 @@ async function startGateway(
   workers: number | "auto",
   egress: Record<string, unknown>,
   children: Deno.ChildProcess[],
-  extra: { provider?: number; local?: number; maxConnections?: number } = {},
+  extra: { provider?: number; local?: number; maxConnections?: number; v8?: string[] } = {},
 ): Promise<number> {
   const port = freePort();
   const lanes: Record<string, unknown> = {
@@ -257,6 +258,7 @@ async function startGateway(
       "run",
       "--no-prompt",
       ...flags,
+      ...(extra.v8 ?? []),
       `${ROOT}main.ts`,
       "serve",
       `${dir}/config.yaml`,
@@ -273,6 +275,14 @@ async function table(
   connections: number,
 ) {
   const headers = ["Host: bench.test"];
+  const expected = path === "/small" ? 64 : 1024 * 1024;
+  for (const c of cases) {
+    // wrk counts any 200: make sure each proxy really returns the upstream's body.
+    const [status, bytes] = await fetchLength(c.url + path);
+    if (status !== 200 || bytes !== expected) {
+      throw new Error(`${c.name} answered ${status} with ${bytes} bytes for ${path}`);
+    }
+  }
   const results = new Map<string, WrkResult[]>();
   for (const c of cases) await wrk(c.url + path, { seconds: 1, connections, headers });
   for (let run = 0; run < RUNS; run++) {
@@ -302,6 +312,17 @@ async function table(
       } | ${rows.reduce((s, r) => s + r.non2xx, 0)} | ${(median(values) / base).toFixed(2)} |`,
     );
   }
+}
+
+/** GETs `url` with `Host: bench.test`; the status and the body's length. */
+function fetchLength(url: string): Promise<[number, number]> {
+  return new Promise((resolve, reject) => {
+    http.get(url, { headers: { host: "bench.test" }, agent: false }, (response) => {
+      let bytes = 0;
+      response.on("data", (chunk: Uint8Array) => bytes += chunk.byteLength);
+      response.on("end", () => resolve([response.statusCode ?? 0, bytes]));
+    }).on("error", reject);
+  });
 }
 
 /** One probe: a fresh connection, `GET path`, a 200 within `timeoutMs`. */
@@ -435,21 +456,20 @@ async function memory(dir: string, upstream: string, children: Deno.ChildProcess
   console.log("\n### Memory\n");
   console.log("| measurement | workers | RSS before MB | RSS after MB | growth MB |");
   console.log("|---|---|---|---|---|");
-  for (const workers of [1, "auto"] as const) {
+  const variants = [
+    { workers: 1, label: "1", v8: [] },
+    { workers: "auto", label: String(CORES), v8: [] },
+    { workers: 1, label: "1, --max-semi-space-size=1", v8: ["--v8-flags=--max-semi-space-size=1"] },
+  ] as const;
+  for (const { workers, label, v8 } of variants) {
     const local = freePort();
-    const port = await startGateway(
-      `${dir}/mem-${workers}`,
-      upstream,
-      workers,
-      { direct: [upstream] },
-      children,
-      {
-        local,
-        maxConnections: 12_000,
-      },
-    );
+    const folder = `${dir}/mem-${label.replace(/[^a-z0-9]+/gi, "-")}`;
+    const port = await startGateway(folder, upstream, workers, { direct: [upstream] }, children, {
+      local,
+      maxConnections: 12_000,
+      v8: [...v8],
+    });
     const pid = children.at(-1)!.pid;
-    const label = workers === 1 ? "1" : String(CORES);
     const before = await rssOf(pid);
     const sockets = await openIdle(port, 10_000);
     await new Promise((resolve) => setTimeout(resolve, 1000));

@@ -6,6 +6,8 @@
  * @module
  */
 import { configStatus } from "../src/config/generations.ts";
+import { LANE_NAMES } from "../src/ledger/lane.ts";
+import { C } from "../src/ledger/memory.ts";
 import { formatPath } from "../src/config/problems.ts";
 import type { EdgeServices } from "../src/edge/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
@@ -61,7 +63,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           uptime_seconds: Math.floor((Date.now() - services.startedAt) / 1000),
           active_requests: activeRequests(services),
           tenants: services.tenants().tenants.length,
-          workers: services.worker.count,
+          workers: workersView(services),
           served_by_worker: services.worker.index,
           tls: services.tls?.status() ?? null,
         });
@@ -157,6 +159,19 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
   ],
   drains: false,
 };
+
+/**
+ * The isolates serving this edge and the requests each admitted (all lanes): worker 0 serves the
+ * protected lanes, workers 1 … N the public lane. Shows how evenly the kernel spreads connections.
+ */
+function workersView(services: EdgeServices): { count: number; admitted: number[] } {
+  const memory = services.ledger.memory;
+  const admitted = new Array(memory.buffers.stripes).fill(0);
+  LANE_NAMES.forEach((_, lane) => {
+    memory.perStripe(C.admitted(lane)).forEach((n, stripe) => admitted[stripe] += n);
+  });
+  return { count: services.worker.count, admitted };
+}
 
 /** The policy counters, with evictions summed over the globals' and every tenant's tables. */
 function policyFacts(services: EdgeServices): PolicyFacts {

@@ -13,7 +13,7 @@
  * @module
  */
 import { checkDistinctObjects, checkListeners, type LaneListener } from "../boot/distinct.ts";
-import { formatAddress } from "../config/load.ts";
+import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane.ts";
 import { type Clock, Ledger } from "../ledger/ledger.ts";
 import { ResponseStats } from "../observe/stats.ts";
@@ -65,6 +65,22 @@ export interface EdgeOptions {
   readonly log?: (line: string) => void;
   /** This isolate's part in a multi-worker edge; absent for a single isolate. */
   readonly worker?: WorkerRole;
+}
+
+/**
+ * Which listeners an isolate binds. Alone, all of them. With request workers, worker 0 binds the
+ * protected lanes (`local_health`, `provider_health`) and every Unix socket (one socket per path),
+ * so a flooded public event loop can never delay a health probe; workers 1 … N bind the public
+ * lane's TCP listeners, all of them, with `reusePort`.
+ */
+export function bindsHere(
+  worker: Pick<WorkerRole, "index"> | undefined,
+  lane: LaneName,
+  address: ListenerAddress,
+): boolean {
+  if (!worker) return true;
+  if (worker.index === 0) return lane !== "public" || address.kind === "unix";
+  return lane === "public" && address.kind === "tcp";
 }
 
 /** A running edge. */
@@ -218,12 +234,11 @@ export async function startEdge(
     tls: plan.config.tls,
     helloTimeoutMs: plan.config.passthrough?.helloTimeoutMs ?? 5000,
   };
-  // Only one socket can own a Unix path: the first worker binds those.
   const bound: Bound[] = plan.lanes.flatMap((lane) =>
     lane.listen.flatMap((address, index) =>
-      address.kind === "unix" && !owns
-        ? []
-        : [createListener(lane.table, lane.role, index, address, bindContext)]
+      bindsHere(worker, lane.table.descriptor.name, address)
+        ? [createListener(lane.table, lane.role, index, address, bindContext)]
+        : []
     )
   );
   const objectProblems = checkDistinctObjects(bound);

@@ -31,8 +31,10 @@ export async function startWorkers(
   plan: EdgePlan<EdgeServices>,
   options: EdgeOptions,
 ): Promise<Edge> {
-  const count = plan.config.workers;
-  if (count <= 1) return await startEdge(plan, options);
+  const publicWorkers = plan.config.workers;
+  if (publicWorkers <= 1) return await startEdge(plan, options);
+  // Worker 0 (this isolate) serves the protected lanes; workers 1 … N the public lane.
+  const count = publicWorkers + 1;
   const log = options.log ?? ((line: string) => console.error(line));
   const ledger = LedgerMemory.create(count, true).buffers;
   const stats = ResponseStats.allocate(count);
@@ -202,7 +204,10 @@ export async function startWorkers(
       superseded: store.rejectionSuperseded,
     })
   );
-  log(`portcullis: ${count} request workers share one ledger`);
+  log(
+    `portcullis: ${publicWorkers} public request workers and this isolate (protected lanes) ` +
+      "share one ledger",
+  );
 
   const own = edge;
   let stopping: Promise<void> | undefined;
@@ -294,17 +299,29 @@ function describe(listener: LaneListener): string {
   }`;
 }
 
-/** Reasons the workers' listener sets differ; empty when every worker matches worker 0. */
+/**
+ * Reasons the workers' listener sets are wrong; empty when worker 0 holds only protected-lane and
+ * Unix listeners and every public worker holds exactly the same public TCP listeners.
+ */
 export function compareWorkers(reports: ReadonlyMap<number, readonly LaneListener[]>): string[] {
-  const tcp = (listeners: readonly LaneListener[]) =>
-    new Set(listeners.filter((l) => l.address.kind === "tcp").map(describe));
-  const reference = tcp(reports.get(0) ?? []);
   const reasons: string[] = [];
+  for (const listener of reports.get(0) ?? []) {
+    if (listener.lane === "public" && listener.address.kind === "tcp") {
+      reasons.push(`Worker 0 bound ${describe(listener)}; the public workers own it`);
+    }
+  }
+  const reference = new Set((reports.get(1) ?? []).map(describe));
   for (const [index, listeners] of reports) {
     if (index === 0) continue;
-    const mine = tcp(listeners);
+    const mine = new Set(listeners.map(describe));
+    for (const listener of listeners) {
+      if (listener.lane !== "public" || listener.address.kind !== "tcp") {
+        reasons.push(`Worker ${index} bound ${describe(listener)}; only worker 0 may`);
+      }
+    }
+    if (index === 1) continue;
     for (const item of mine) {
-      if (!reference.has(item)) reasons.push(`Worker ${index} bound ${item}; worker 0 did not`);
+      if (!reference.has(item)) reasons.push(`Worker ${index} bound ${item}; worker 1 did not`);
     }
     for (const item of reference) {
       if (!mine.has(item)) reasons.push(`Worker ${index} did not bind ${item}`);

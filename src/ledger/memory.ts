@@ -113,6 +113,15 @@ export class LedgerMemory {
     return sum;
   }
 
+  /** A counter as each stripe (each worker) counted it. */
+  perStripe(index: number): number[] {
+    const out: number[] = [];
+    for (let offset = 0; offset < this.counters.length; offset += C.size) {
+      out.push(this.counters[offset + index]);
+    }
+    return out;
+  }
+
   /** Takes one unit of gauge `index` if it stays at or under `limit`; false when full. */
   tryTake(index: number, amount: number, limit: number): boolean {
     const gauges = this.gauges;
