@@ -27,14 +27,17 @@ import {
 import { json, request } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
 
-async function twoWorkers(edit: (config: Record<string, unknown>) => void = () => {}) {
+async function twoWorkers(
+  edit: (config: Record<string, unknown>) => void = () => {},
+  tenants: Record<string, unknown>[] = [DEMO_TENANT],
+) {
   const [p, l, h] = freePorts(3);
   const ports: LanePorts = { public: p, local_health: l, provider_health: h };
   const config = proofConfig(ports, { workers: 2 });
   config.tenants_dir = "tenants";
   (config as Record<string, unknown>).runtime = { watch: true, debounce_ms: 50 };
   edit(config);
-  const dir = await writeConfig(config, [DEMO_TENANT]);
+  const dir = await writeConfig(config, tenants);
   return await Gateway.start(dir, ports);
 }
 
@@ -244,5 +247,36 @@ Deno.test("workers: one worker's egress failures open the other's breaker and ma
     for (const stop of stops) stop();
     a.close();
     b.close();
+  }
+});
+
+Deno.test("workers: policy counters from the public workers reach /metrics on worker 0", async () => {
+  const guarded = {
+    ...DEMO_TENANT,
+    policies: { blocklist: { mode: "dry_run", rules: [{ name: "admin", path: "^/admin" }] } },
+  };
+  const gateway = await twoWorkers(() => {}, [guarded]);
+  try {
+    for (let i = 0; i < 20; i++) {
+      const response = await request(gateway.ports.public, {
+        path: "/admin",
+        headers: [["Host", "demo.test"]],
+      });
+      assert.equal(response.status, 404, "dry run: the request goes on (and finds no route)");
+    }
+    const byWorker = await admittedByWorker(gateway);
+    assert.ok(byWorker[1] > 0 && byWorker[2] > 0, `both public workers served: ${byWorker}`);
+    const total = await waitFor(
+      async () => {
+        const metrics = (await request(gateway.ports.local_health, { path: "/metrics" })).body;
+        return [...metrics.matchAll(/^portcullis_policy_dry_run_total\{[^}]*\} (\d+)$/gm)]
+          .reduce((sum, m) => sum + Number(m[1]), 0);
+      },
+      (n) => n === 20,
+      3000,
+    );
+    assert.equal(total, 20);
+  } finally {
+    await gateway.dispose();
   }
 });

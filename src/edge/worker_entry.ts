@@ -116,7 +116,17 @@ async function start(message: Extract<ToWorker, { type: "start" }>): Promise<voi
       },
     });
     scope.postMessage({ type: "armed" });
+    // Policy counters reach worker 0 (which serves /metrics) twice a second, when they changed.
+    let sent = "";
+    const timer = setInterval(() => {
+      const counts = edge!.services.policyStats.counts();
+      const text = JSON.stringify(counts);
+      if (text !== sent) scope.postMessage({ type: "policy-counts", counts });
+      sent = text;
+    }, 500);
+    Deno.unrefTimer(timer);
     edge.finished.then(() => {
+      clearInterval(timer);
       scope.postMessage({ type: "finished" });
       scope.close();
     });

@@ -8,6 +8,7 @@ import type { LaneListener } from "../boot/distinct.ts";
 import type { GenerationSource, Rejection } from "../config/generations.ts";
 import type { LedgerBuffers } from "../ledger/memory.ts";
 import type { ConfigProblem } from "../config/problems.ts";
+import type { PolicyCounts } from "../policy/stats.ts";
 
 /** A generation as plain data: enough to rebuild it. */
 export interface GenerationData {
@@ -51,6 +52,7 @@ export type ToOwner =
   | { readonly type: "listeners"; readonly listeners: readonly LaneListener[] }
   | { readonly type: "boot-failed"; readonly reasons: readonly string[] }
   | { readonly type: "armed" }
+  | { readonly type: "policy-counts"; readonly counts: PolicyCounts }
   | { readonly type: "finished" }
   | { readonly type: "prepared"; readonly number: number; readonly problems: ConfigProblem[] }
   | { readonly type: "drain" }
