@@ -37,12 +37,11 @@ export function streamUpstream(
   };
   return {
     pipeTo(target) {
-      source.once("end", () => finish(true));
+      // One listener for both outcomes: "close" follows "end" on a delivered body.
       source.once("close", () => {
-        if (!source.complete) {
-          finish(false);
-          target.destroy();
-        }
+        if (source.complete) return finish(true);
+        finish(false);
+        target.destroy();
       });
       source.on("error", () => {/* reported through "close" */});
       target.once("close", () => {
