@@ -98,6 +98,20 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
             uptimeSeconds: (Date.now() - services.startedAt) / 1000,
           },
           policyFacts(services),
+          {
+            metrics: services.observer.metrics,
+            labelled: services.observer.label("probe.invalid") !== "-",
+            generation: services.config.current.number,
+            rejectedPending: services.config.lastRejected !== undefined &&
+              !services.config.rejectionSuperseded,
+            // Without a salt, certificates are told apart by position, never by name.
+            certificates: (services.tls?.status().certificates ?? []).map((c, i) => ({
+              label: services.observer.label("probe.invalid") === "-"
+                ? String(i + 1)
+                : services.observer.label(c.names[0]),
+              notAfter: Date.parse(c.not_after),
+            })),
+          },
         );
         return {
           status: 200,

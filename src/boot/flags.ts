@@ -77,6 +77,9 @@ export function requiredGrants(config: EdgeConfig): Grant[] {
   for (const dir of certDirs) {
     grants.push({ name: "read", value: dir, purpose: "certificate folder" });
   }
+  if (config.observe.saltFile) {
+    grants.push({ name: "read", value: config.observe.saltFile, purpose: "tenant label salt" });
+  }
   if (config.acme) {
     grants.push({
       name: "read",

@@ -188,6 +188,39 @@ export const BootstrapSchema = v.strictObject({
     v.strictObject({ timeout_ms: v.optional(wholeNumber(0, 600_000), 30_000) }),
     {},
   ),
+  /** Metrics labels, the access log and diagnostics. */
+  observe: v.optional(
+    v.strictObject({
+      /**
+       * The salt of tenant labels (`sha256(host + salt)`, 16 hex digits). Without a readable salt
+       * no series or log field carries a tenant at all.
+       */
+      salt_file: v.optional(Text),
+      access_log: v.optional(
+        v.strictObject({
+          enabled: v.optional(v.boolean("Expected true or false"), true),
+          /** The share of ordinary requests logged (errors and outcomes always are). */
+          sample: v.optional(
+            v.pipe(
+              v.number("Expected a number from 0 to 1"),
+              v.minValue(0, "Expected a number from 0 to 1"),
+              v.maxValue(1, "Expected a number from 0 to 1"),
+            ),
+            1,
+          ),
+        }),
+        {},
+      ),
+      log_level: v.optional(
+        v.picklist(
+          ["error", "warn", "info", "debug"],
+          'Expected "error", "warn", "info" or "debug"',
+        ),
+        "info",
+      ),
+    }),
+    {},
+  ),
   /** Peers whose X-Forwarded-For is believed (CIDRs); empty trusts nobody. */
   trusted_proxies: v.optional(
     v.array(

@@ -108,6 +108,12 @@ export interface EdgeConfig {
   };
   /** CIDRs whose X-Forwarded-For is believed. */
   readonly trustedProxies: readonly string[];
+  /** Tenant-label salt, access log and diagnostics. */
+  readonly observe: {
+    readonly saltFile?: string;
+    readonly accessLog: { readonly enabled: boolean; readonly sample: number };
+    readonly logLevel: "error" | "warn" | "info" | "debug";
+  };
   readonly egress: EgressConfig;
   readonly ledger: {
     readonly application_slots: number;
@@ -196,6 +202,11 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
       helloTimeoutMs: passthrough.hello_timeout_ms,
     },
     trustedProxies: raw.trusted_proxies,
+    observe: {
+      saltFile: raw.observe.salt_file === undefined ? undefined : resolve(raw.observe.salt_file),
+      accessLog: raw.observe.access_log,
+      logLevel: raw.observe.log_level,
+    },
     egress: raw.egress,
     ledger: raw.ledger,
     source,

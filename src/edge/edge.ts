@@ -17,6 +17,11 @@ import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane.ts";
 import { type Clock, Ledger } from "../ledger/ledger.ts";
 import { ResponseStats } from "../observe/stats.ts";
+import { AccessLog } from "../observe/access_log.ts";
+import { BufferedLines, Observer } from "../observe/observer.ts";
+import { RequestMetrics } from "../observe/request_metrics.ts";
+import { TenantLabels } from "../observe/tenant_label.ts";
+import { Tracing } from "../observe/tracing.ts";
 import { Egress } from "../egress/egress.ts";
 import { shareEgress } from "../egress/share.ts";
 import { PolicyStats } from "../policy/stats.ts";
@@ -65,6 +70,8 @@ export interface EdgeOptions {
   readonly log?: (line: string) => void;
   /** This isolate's part in a multi-worker edge; absent for a single isolate. */
   readonly worker?: WorkerRole;
+  /** Where access-log lines go (default: stdout, in batches). */
+  readonly accessLog?: (line: string) => void;
 }
 
 /**
@@ -158,6 +165,7 @@ export async function startEdge(
     reloader?.stop();
     follower?.stop();
     stopSharing();
+    lines?.close();
   };
 
   const tlsConfig = plan.config.tls;
@@ -182,6 +190,27 @@ export async function startEdge(
       log,
     )
     : () => {};
+  const observe = plan.config.observe;
+  let labels: TenantLabels | undefined;
+  if (observe.saltFile) {
+    const read = await TenantLabels.fromFile(observe.saltFile);
+    labels = read.labels;
+    if (read.problem && owns) {
+      log(`portcullis: warning: ${read.problem}; no metric or log line carries a tenant`);
+    }
+  } else if (owns) {
+    log(
+      "portcullis: warning: observe.salt_file is not set; no metric or log line carries a " +
+        "tenant (tenant labels are salted hashes, never plain hosts)",
+    );
+  }
+  const lines = options.accessLog ? undefined : new BufferedLines();
+  const observer = new Observer({
+    tracing: Tracing.detect(options.version),
+    metrics: new RequestMetrics(),
+    accessLog: new AccessLog({ ...observe.accessLog, write: options.accessLog ?? lines!.push }),
+    labels,
+  });
   const services: EdgeServices = {
     nodeId: plan.config.nodeId,
     version: options.version,
@@ -189,6 +218,7 @@ export async function startEdge(
     ledger,
     stats: new ResponseStats(worker?.stats, worker?.index),
     policyStats: new PolicyStats(),
+    observer,
     state,
     tenants: () => store.registry(),
     config: store,

@@ -9,6 +9,7 @@ import type { Egress } from "../egress/egress.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { ResponseStats } from "../observe/stats.ts";
 import type { PolicyStats } from "../policy/stats.ts";
+import type { Observer } from "../observe/observer.ts";
 import type { AddressSet } from "../proxy/cidr.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { TenantRegistry } from "../proxy/tenants.ts";
@@ -31,6 +32,8 @@ export interface EdgeServices {
   readonly stats: ResponseStats;
   /** Policy denials and dry-run would-be denials. */
   readonly policyStats: PolicyStats;
+  /** Per-request metrics, the access log and traces. */
+  readonly observer: Observer;
   readonly state: EdgeState;
   /** The tenant registry in force: read it once per request. */
   tenants(): TenantRegistry;

@@ -116,12 +116,13 @@ async function start(message: Extract<ToWorker, { type: "start" }>): Promise<voi
       },
     });
     scope.postMessage({ type: "armed" });
-    // Policy counters reach worker 0 (which serves /metrics) twice a second, when they changed.
+    // Policy and request counters reach worker 0 (which serves /metrics) twice a second.
     let sent = "";
     const timer = setInterval(() => {
-      const counts = edge!.services.policyStats.counts();
-      const text = JSON.stringify(counts);
-      if (text !== sent) scope.postMessage({ type: "policy-counts", counts });
+      const policy = edge!.services.policyStats.counts();
+      const requests = edge!.services.observer.metrics.counts();
+      const text = JSON.stringify([policy, requests]);
+      if (text !== sent) scope.postMessage({ type: "counts", policy, requests });
       sent = text;
     }, 500);
     Deno.unrefTimer(timer);

@@ -9,6 +9,7 @@ import type { GenerationSource, Rejection } from "../config/generations.ts";
 import type { LedgerBuffers } from "../ledger/memory.ts";
 import type { ConfigProblem } from "../config/problems.ts";
 import type { PolicyCounts } from "../policy/stats.ts";
+import type { MetricCounts } from "../observe/request_metrics.ts";
 
 /** A generation as plain data: enough to rebuild it. */
 export interface GenerationData {
@@ -52,7 +53,11 @@ export type ToOwner =
   | { readonly type: "listeners"; readonly listeners: readonly LaneListener[] }
   | { readonly type: "boot-failed"; readonly reasons: readonly string[] }
   | { readonly type: "armed" }
-  | { readonly type: "policy-counts"; readonly counts: PolicyCounts }
+  | {
+    readonly type: "counts";
+    readonly policy: PolicyCounts;
+    readonly requests: MetricCounts;
+  }
   | { readonly type: "finished" }
   | { readonly type: "prepared"; readonly number: number; readonly problems: ConfigProblem[] }
   | { readonly type: "drain" }

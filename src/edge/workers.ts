@@ -91,8 +91,9 @@ export async function startWorkers(
           pending.left.delete(index);
           if (pending.left.size === 0) pending.done();
         }
-      } else if (message.type === "policy-counts") {
-        edge?.services.policyStats.absorb(index, message.counts);
+      } else if (message.type === "counts") {
+        edge?.services.policyStats.absorb(index, message.policy);
+        edge?.services.observer.metrics.absorb(index, message.requests);
       } else if (message.type === "armed") {
         resolveArmed();
       } else if (message.type === "finished") {

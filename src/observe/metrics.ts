@@ -10,6 +10,7 @@ import type { LedgerSnapshot } from "../ledger/snapshot.ts";
 import type { EgressSnapshot } from "../egress/egress.ts";
 import type { PolicyStats } from "../policy/stats.ts";
 import { type ResponseStats, STATUS_CLASSES } from "./stats.ts";
+import { BUCKETS, type RequestMetrics } from "./request_metrics.ts";
 
 /** Edge-level facts rendered beside the ledger. */
 export interface EdgeFacts {
@@ -24,6 +25,18 @@ export interface PolicyFacts {
   readonly stats: PolicyStats;
   readonly rateLimitEvictions: number;
   readonly ttlBlockEvictions: number;
+}
+
+/** Per-request series, the config generation and certificate expiry. */
+export interface ObserveFacts {
+  readonly metrics: RequestMetrics;
+  /** False when no tenant salt is configured: tenant and route labels are withheld. */
+  readonly labelled: boolean;
+  readonly generation: number;
+  /** A rejected load that the source has not yet superseded. */
+  readonly rejectedPending: boolean;
+  /** Served certificates: a hashed label of the first name, and the expiry (ms since epoch). */
+  readonly certificates: readonly { readonly label: string; readonly notAfter: number }[];
 }
 
 /**
@@ -41,6 +54,7 @@ export function renderMetrics(
   egress: EgressSnapshot,
   facts: EdgeFacts,
   policy: PolicyFacts,
+  observe?: ObserveFacts,
 ): string {
   const out: string[] = [];
   const family = (
@@ -251,10 +265,77 @@ export function renderMetrics(
     "",
     policy.ttlBlockEvictions,
   ]]);
+  if (observe) renderObserved(observe, family, out);
   return out.join("\n") + "\n";
 }
 
 /** A label value with `\\`, `"` and newlines escaped (Prometheus text format). */
 function escapeLabel(value: string): string {
   return value.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
+}
+
+/** The per-request series, config and certificate families. */
+function renderObserved(
+  observe: ObserveFacts,
+  family: (name: string, type: "counter" | "gauge", help: string, rows: [string, number][]) => void,
+  out: string[],
+): void {
+  family(
+    "tenant_labels",
+    "gauge",
+    "1 when tenant series are labelled with salted hashes; 0 when no salt is configured and tenant labels are withheld.",
+    [["", observe.labelled ? 1 : 0]],
+  );
+  family(
+    "requests_total",
+    "counter",
+    "Finished requests by lane, hashed tenant, route and status class (tenant and route only with a salt).",
+    [...observe.metrics.requests()].sort(([a], [b]) => a < b ? -1 : 1).map(([key, n]) => {
+      const [lane, tenant, route, cls] = key.split("\t");
+      const labels = tenant === ""
+        ? `{lane="${lane}",class="${cls}"}`
+        : `{lane="${lane}",tenant="${tenant}",route="${escapeLabel(route)}",class="${cls}"}`;
+      return [labels, n];
+    }),
+  );
+  for (
+    const [which, help] of [
+      ["gateway", "Time the gateway added to a request (total minus upstream waiting), seconds."],
+      ["upstream", "Time spent waiting for upstream response headers, seconds."],
+    ] as const
+  ) {
+    const name = `portcullis_${which}_seconds`;
+    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
+    for (const lane of LANE_NAMES) {
+      const histogram = observe.metrics.histogram(lane, which);
+      let cumulative = 0;
+      BUCKETS.forEach((bound, i) => {
+        cumulative += histogram[i];
+        out.push(`${name}_bucket{lane="${lane}",le="${bound}"} ${cumulative}`);
+      });
+      cumulative += histogram[BUCKETS.length];
+      out.push(`${name}_bucket{lane="${lane}",le="+Inf"} ${cumulative}`);
+      out.push(`${name}_sum{lane="${lane}"} ${histogram[BUCKETS.length + 1]}`);
+      out.push(`${name}_count{lane="${lane}"} ${cumulative}`);
+    }
+  }
+  family("config_generation", "gauge", "The live configuration generation.", [[
+    "",
+    observe.generation,
+  ]]);
+  family(
+    "config_rejected_pending",
+    "gauge",
+    "1 while the last load was rejected and the source still holds it.",
+    [["", observe.rejectedPending ? 1 : 0]],
+  );
+  family(
+    "tls_certificate_expiry_seconds",
+    "gauge",
+    "Seconds until each served certificate expires (labelled by the hashed first name).",
+    observe.certificates.map((c) => [
+      `{certificate="${c.label}"}`,
+      Math.round((c.notAfter - Date.now()) / 1000),
+    ]),
+  );
 }

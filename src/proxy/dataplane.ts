@@ -79,17 +79,23 @@ function serveRouted(
   services: DataplaneServices,
   policy?: { policies: TenantPolicies; trail: PolicyTrail },
 ): Reply | Promise<Reply> {
-  const { head, requestId } = context;
+  const { head, requestId, record } = context;
+  if (record && tenant) record.tenantHost = tenant.host;
   if (tenant && !tenant.enabled) return blockReply(tenant, context);
+  const routing = record?.phase("portcullis.route");
   const match: RouteMatch<Action> | undefined = tenant?.routes.match(
     head.method,
     head.path,
     head.host,
     requestFacts(context),
   );
+  routing?.end();
+  if (record && match) record.route = match.route.name ?? "-";
   if (policy) {
     const name = match?.route.name ?? "-";
+    const checking = record?.phase("portcullis.policy");
     const denied = checkPolicies(context, policy.policies, name, services, policy.trail);
+    checking?.end();
     if (denied) return denied;
   }
   if (!tenant) return failureReply("misdirected_request", requestId);

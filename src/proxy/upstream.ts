@@ -115,9 +115,18 @@ export async function proxyRequest(
       authority: backend.authority,
       upgrade: context.upgrade !== undefined,
     });
+    const record = context.record;
+    if (record) record.attempts = attempt;
+    const attemptSpan = record?.phase("portcullis.upstream", {
+      "portcullis.attempt": attempt,
+      "portcullis.egress": way.label,
+    });
     try {
       const answer = await sendAttempt(context, backend, way, path, headers, hasBody, bodyLimit);
       const latencyMs = services.clock() - started;
+      if (record) record.upstreamMs += latencyMs;
+      attemptSpan?.setAttribute("http.response.status_code", answer.response.statusCode ?? 0);
+      attemptSpan?.end();
       const finish = (ok: boolean) => {
         egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
         if (!ok) services.log(`portcullis: request ${context.requestId}: upstream body aborted`);
@@ -138,6 +147,9 @@ export async function proxyRequest(
         stream: streamUpstream(answer.response, finish),
       };
     } catch (error) {
+      if (record) record.upstreamMs += services.clock() - started;
+      attemptSpan?.setAttribute("portcullis.outcome", (error as AttemptFailure).kind ?? "error");
+      attemptSpan?.end();
       if (!(error instanceof AttemptFailure)) throw error;
       egress.finish(way, backend, { instanceOk: error.instanceOk, backendOk: error.backendOk });
       const replayable = !error.bodyTaken && (!hasBody || error.unsent);

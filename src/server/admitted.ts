@@ -13,6 +13,7 @@ import type { FailureKind } from "../proxy/errors.ts";
 import type { RequestContext } from "./lane.ts";
 import type { Reply } from "./reply.ts";
 import type { RequestHead } from "./request_head.ts";
+import type { RequestRecord } from "../observe/observer.ts";
 
 /** A request that holds a reservation. */
 export class AdmittedRequest implements RequestContext {
@@ -25,6 +26,7 @@ export class AdmittedRequest implements RequestContext {
   readonly ticket: Reservation;
   readonly request: IncomingMessage;
   readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
+  readonly record?: RequestRecord;
   timeoutKind: FailureKind = "deadline_exceeded";
   finishReply?: (reply: Reply) => Reply;
   aborted = false;
@@ -43,6 +45,7 @@ export class AdmittedRequest implements RequestContext {
     this.ticket = fields.ticket;
     this.request = fields.request;
     this.upgrade = fields.upgrade;
+    this.record = fields.record;
   }
 
   /** Calls `listener` once on {@link abort}; returns a function that unregisters it. */

@@ -13,6 +13,7 @@ import type { LaneName } from "../ledger/lane.ts";
 import type { RateBudget } from "../ledger/profile.ts";
 import type { Reservation } from "../ledger/reservation.ts";
 import type { Reply } from "./reply.ts";
+import type { RequestRecord } from "../observe/observer.ts";
 import type { RequestHead } from "./request_head.ts";
 
 /** One admitted request, as every handler sees it. */
@@ -43,6 +44,8 @@ export interface RequestContext {
   finishReply?: (reply: Reply) => Reply;
   /** Present on an `Upgrade` request: the client socket and the bytes read past the head. */
   readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
+  /** What is observed about the request (metrics, access log, trace). */
+  readonly record?: RequestRecord;
 }
 
 /** A handler: answers a request, synchronously or not. */

@@ -22,6 +22,7 @@ import type { Duplex } from "node:stream";
 import type { ConnectionBudget, Ledger } from "../ledger/ledger.ts";
 import { Reservation } from "../ledger/reservation.ts";
 import type { ResponseStats } from "../observe/stats.ts";
+import type { Observer, RequestRecord } from "../observe/observer.ts";
 import { failureReply, GatewayError } from "../proxy/errors.ts";
 import { requestIdFor } from "../proxy/request_id.ts";
 import { AdmittedRequest } from "./admitted.ts";
@@ -48,6 +49,8 @@ export interface LaneServices {
   readonly state: { readonly ready: boolean; readonly draining: boolean };
   /** Where internal failures are reported. */
   readonly log: (line: string) => void;
+  /** Metrics, access log and traces per request (absent: nothing is observed). */
+  readonly observer?: Observer;
 }
 
 /** Server-level limits, from the bootstrap config. */
@@ -92,21 +95,32 @@ export function createLaneServer<S extends LaneServices>(
     response,
   ) {
     const requestId = requestIdFor(request.headers["x-request-id"]);
+    const record = observe(request, requestId);
+    if (record) services.observer!.finishOnClose(record, response, request.socket);
     if (drains && services.state.draining) {
       send(failureReply("draining", requestId), requestId, (reply, extra) => {
         extra.connection = "close";
         writeReply(response, reply, extra);
-      });
+      }, record);
       return;
     }
+    const admitting = record?.phase("portcullis.admission");
     const admission = ledger.admit(name, budgetOf(request));
+    admitting?.end();
     if (!(admission instanceof Reservation)) {
       send(overloadReply(admission, requestId), requestId, (reply, extra) => {
         writeReply(response, reply, extra);
-      });
+      }, record);
       return;
     }
-    serveAdmitted(request, responseOutlet(response, admission), admission, requestId);
+    serveAdmitted(
+      request,
+      responseOutlet(response, admission),
+      admission,
+      requestId,
+      undefined,
+      record,
+    );
   }, function refuseSlowHead(socket) {
     refuseMalformed(
       Object.assign(new Error("Request timeout"), { code: "ERR_HTTP_REQUEST_TIMEOUT" }),
@@ -114,6 +128,18 @@ export function createLaneServer<S extends LaneServices>(
     );
   });
   const server = substrate.server;
+
+  /** Starts the request's record, when the edge observes requests. */
+  function observe(request: http.IncomingMessage, requestId: string): RequestRecord | undefined {
+    return services.observer?.begin({
+      lane: name,
+      requestId,
+      method: request.method ?? "GET",
+      target: request.url ?? "/",
+      peer: request.socket?.remoteAddress ?? "",
+      bytesIn: Number(request.headers["content-length"]) || 0,
+    });
+  }
 
   /** The connection's budget, made on its first request (its socket, or its HTTP/2 session). */
   function budgetOf(request: http.IncomingMessage): ConnectionBudget {
@@ -133,10 +159,11 @@ export function createLaneServer<S extends LaneServices>(
     ticket: Reservation,
     requestId: string,
     upgrade?: { socket: Duplex; head: Uint8Array },
+    record?: RequestRecord,
   ): void {
     const head = readHead(request, limits);
     if (!("path" in head)) {
-      deliver(outlet, failureReply(head.kind, requestId), ticket, requestId);
+      deliver(outlet, failureReply(head.kind, requestId), ticket, requestId, undefined, record);
       return;
     }
     const context = new AdmittedRequest({
@@ -149,6 +176,7 @@ export function createLaneServer<S extends LaneServices>(
       ticket,
       request,
       upgrade,
+      record,
     });
     outlet.onAbandon(() => context.abort());
     let outcome: Reply | Promise<Reply>;
@@ -171,7 +199,9 @@ export function createLaneServer<S extends LaneServices>(
     ticket: Reservation,
     requestId: string,
     context?: AdmittedRequest,
+    early?: RequestRecord,
   ): void {
+    const record = context?.record ?? early;
     if (outlet.spent) {
       reply.stream?.cancel();
       reply.tunnel?.socket.destroy();
@@ -189,6 +219,7 @@ export function createLaneServer<S extends LaneServices>(
     if (context?.finishReply) reply = context.finishReply(reply);
     if (reply.withhold) {
       stats.withheld(name);
+      if (record) record.outcome ??= reply.failure ?? "withheld";
       if (reply.withhold === "drop") outlet.destroy();
       else hold(outlet, ticket);
       return;
@@ -200,7 +231,7 @@ export function createLaneServer<S extends LaneServices>(
         if (!outlet.multiplexed) extra.connection = "close";
       }
       outlet.send(r, extra);
-    });
+    }, record);
   }
 
   function awaitReply(pending: Promise<Reply>, outlet: Outlet, context: AdmittedRequest): void {
@@ -228,7 +259,7 @@ export function createLaneServer<S extends LaneServices>(
     const reply = failureReply(context.timeoutKind, requestId);
     send(context.finishReply?.(reply) ?? reply, requestId, (r, extra) => {
       outlet.send(r, extra);
-    });
+    }, context.record);
   }
 
   /** Holds a connection unanswered until the lane's deadline, then closes it. */
@@ -242,16 +273,24 @@ export function createLaneServer<S extends LaneServices>(
     reply: Reply,
     requestId: string,
     write: (reply: Reply, extra: Record<string, string>) => void,
+    record?: RequestRecord,
   ): void {
     stats.response(name, reply.status);
+    if (record) {
+      record.status = reply.status;
+      if (reply.failure) record.outcome ??= reply.failure;
+      record.responding = record.phase("portcullis.response");
+    }
     write(reply, { "x-request-id": requestId });
   }
 
   if (lane.descriptor.dataplane) {
     server.on("upgrade", function serveLaneUpgrade(request, socket: Duplex, head: Uint8Array) {
       const requestId = requestIdFor(request.headers["x-request-id"]);
+      const record = observe(request, requestId);
+      if (record) services.observer!.finishOnClose(record, socket, socket as Socket);
       const raw = (reply: Reply) =>
-        send(reply, requestId, (r, extra) => writeRawReply(socket, r, extra, () => {}));
+        send(reply, requestId, (r, extra) => writeRawReply(socket, r, extra, () => {}), record);
       if (drains && services.state.draining) return raw(failureReply("draining", requestId));
       // h2c is never switched to: through a gateway it would open an HTTP/2 connection to the
       // backend that no routing or policy sees. Such a request is served as plain HTTP/1.1 (its
@@ -261,7 +300,14 @@ export function createLaneServer<S extends LaneServices>(
       const admission = ledger.admit(name, budgetOf(request));
       if (!(admission instanceof Reservation)) return raw(overloadReply(admission, requestId));
       const outlet = socketOutlet(socket, admission);
-      serveAdmitted(request, outlet, admission, requestId, h2c ? undefined : { socket, head });
+      serveAdmitted(
+        request,
+        outlet,
+        admission,
+        requestId,
+        h2c ? undefined : { socket, head },
+        record,
+      );
     });
   }
 

@@ -1,0 +1,222 @@
+/**
+ * What the edge records about each request, in one place: a {@link RequestRecord} starts when the
+ * request arrives and is finished once when its response ends (or it is dropped). Finishing feeds
+ * the metrics, writes the access-log line and ends the trace — so the three agree on request id,
+ * lane and status. Tenants appear only as hashed labels and clients only anonymised; the protected
+ * lanes' operation paths are never logged.
+ *
+ * @module
+ */
+import type { Span } from "@opentelemetry/api";
+import type { LaneName } from "../ledger/lane.ts";
+import { type AccessLog, shouldLog } from "./access_log.ts";
+import { anonymizeIp } from "./anonymize.ts";
+import type { RequestMetrics } from "./request_metrics.ts";
+import type { TenantLabels } from "./tenant_label.ts";
+import { endWithStatus, type SpanAttributes, type Tracing } from "./tracing.ts";
+
+/** One request as observed. */
+export class RequestRecord {
+  readonly started = performance.now();
+  readonly lane: LaneName;
+  readonly requestId: string;
+  readonly method: string;
+  /** The path without its query. */
+  readonly path: string;
+  readonly peer: string;
+  readonly bytesIn: number;
+  /** The tenant's host (hashed before it leaves the process). */
+  tenantHost?: string;
+  route = "-";
+  status = 0;
+  attempts = 0;
+  /** Milliseconds spent waiting for upstream response headers, over all attempts. */
+  upstreamMs = 0;
+  /** The overload, policy or failure kind that decided the reply, if any. */
+  outcome?: string;
+  bytesOut = 0;
+  readonly span?: Span;
+  /** The response phase, from the reply's first byte to the end. */
+  responding?: Span;
+  readonly #tracing: Tracing;
+  #finished = false;
+
+  constructor(
+    tracing: Tracing,
+    fields: {
+      lane: LaneName;
+      requestId: string;
+      method: string;
+      target: string;
+      peer: string;
+      bytesIn: number;
+    },
+  ) {
+    this.#tracing = tracing;
+    this.lane = fields.lane;
+    this.requestId = fields.requestId;
+    this.method = fields.method;
+    const query = fields.target.indexOf("?");
+    this.path = query < 0 ? fields.target : fields.target.slice(0, query);
+    this.peer = fields.peer;
+    this.bytesIn = fields.bytesIn;
+    this.span = tracing.root("portcullis.request", {
+      "portcullis.request_id": this.requestId,
+      "portcullis.lane": this.lane,
+      "http.request.method": this.method,
+      "url.path": this.path,
+    });
+  }
+
+  /** Starts a phase span under the request's root; undefined when tracing is off. */
+  phase(name: string, attributes?: SpanAttributes): Span | undefined {
+    return this.#tracing.child(this.span, name, attributes);
+  }
+
+  /** Marks the record finished; false when it already was. */
+  claim(): boolean {
+    if (this.#finished) return false;
+    this.#finished = true;
+    return true;
+  }
+}
+
+/** The edge's observer. */
+export class Observer {
+  readonly tracing: Tracing;
+  readonly metrics: RequestMetrics;
+  readonly #labels?: TenantLabels;
+  readonly #log: AccessLog;
+
+  /**
+   * @param labels tenant labels; without them tenant-labelled series and log fields are withheld
+   */
+  constructor(options: {
+    tracing: Tracing;
+    metrics: RequestMetrics;
+    accessLog: AccessLog;
+    labels?: TenantLabels;
+  }) {
+    this.tracing = options.tracing;
+    this.metrics = options.metrics;
+    this.#log = options.accessLog;
+    this.#labels = options.labels;
+  }
+
+  /** The hashed label of a host ("-" when no salt is configured). */
+  label(host: string | undefined): string {
+    return host && this.#labels ? this.#labels.label(host) : "-";
+  }
+
+  /** Starts observing a request. */
+  begin(fields: ConstructorParameters<typeof RequestRecord>[1]): RequestRecord {
+    return new RequestRecord(this.tracing, fields);
+  }
+
+  /**
+   * Finishes `record` when `stream` (the response, or an upgraded socket) closes, with the bytes
+   * written to the connection meanwhile.
+   */
+  finishOnClose(
+    record: RequestRecord,
+    stream: { once(event: "close", listener: () => void): unknown },
+    socket: { readonly bytesWritten?: number } | null | undefined,
+  ): void {
+    const before = socket?.bytesWritten ?? 0;
+    stream.once("close", () => {
+      record.bytesOut = Math.max(0, (socket?.bytesWritten ?? before) - before);
+      this.finish(record);
+    });
+  }
+
+  /** Finishes a request once: metrics, the access-log line, the root span. */
+  finish(record: RequestRecord): void {
+    if (!record.claim()) return;
+    const totalMs = performance.now() - record.started;
+    const tenant = record.tenantHost && this.#labels ? this.label(record.tenantHost) : undefined;
+    this.metrics.record(
+      record.lane,
+      tenant,
+      record.route,
+      record.status,
+      Math.max(0, totalMs - record.upstreamMs) / 1000,
+      record.upstreamMs / 1000,
+    );
+    if (shouldLog(record.lane, record.path)) {
+      this.#log.log({
+        time: new Date().toISOString(),
+        request_id: record.requestId,
+        lane: record.lane,
+        tenant: tenant ?? "-",
+        route: record.route,
+        method: record.method,
+        status: record.status,
+        bytes_in: record.bytesIn,
+        bytes_out: record.bytesOut,
+        duration_ms: Math.round(totalMs * 1000) / 1000,
+        ...(record.attempts > 0
+          ? {
+            upstream_ms: Math.round(record.upstreamMs * 1000) / 1000,
+            attempts: record.attempts,
+            retries: record.attempts - 1,
+          }
+          : {}),
+        ...(record.outcome ? { outcome: record.outcome } : {}),
+        client: anonymizeIp(record.peer),
+      });
+    }
+    record.responding?.end();
+    if (record.span) {
+      if (tenant) record.span.setAttribute("portcullis.tenant", tenant);
+      record.span.setAttribute("portcullis.route", record.route);
+      endWithStatus(record.span, record.status, record.outcome);
+    }
+  }
+}
+
+/**
+ * Access-log lines for stdout, written in batches (every 50 ms, or at 64 KiB) so a busy edge does
+ * not make one write per request.
+ */
+export class BufferedLines {
+  readonly #write: (text: string) => void;
+  #lines: string[] = [];
+  #bytes = 0;
+  readonly #timer: ReturnType<typeof setInterval>;
+
+  /** @param write where a batch goes (default: stdout) */
+  constructor(write?: (text: string) => void) {
+    const encoder = new TextEncoder();
+    this.#write = write ?? ((text) => {
+      const bytes = encoder.encode(text);
+      let offset = 0;
+      while (offset < bytes.length) offset += Deno.stdout.writeSync(bytes.subarray(offset));
+    });
+    this.#timer = setInterval(() => this.flush(), 50);
+    Deno.unrefTimer(this.#timer);
+  }
+
+  /** Queues one line (without its newline). */
+  push = (line: string): void => {
+    this.#lines.push(line);
+    this.#bytes += line.length + 1;
+    if (this.#bytes >= 65536) this.flush();
+  };
+
+  /** Writes what is queued. */
+  flush(): void {
+    if (this.#lines.length === 0) return;
+    const text = this.#lines.join("\n") + "\n";
+    this.#lines = [];
+    this.#bytes = 0;
+    try {
+      this.#write(text);
+    } catch { /* stdout closed: the lines are lost, the edge goes on */ }
+  }
+
+  /** Flushes and stops the timer. */
+  close(): void {
+    clearInterval(this.#timer);
+    this.flush();
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * Tenant labels for logs and metrics: a salted hash of the tenant host, so series and log lines
+ * can be told apart per tenant without naming the tenant. The label is the first 16 hex digits of
+ * SHA-256(lower-cased host ‖ salt), computed synchronously with `node:crypto` on the request path
+ * and memoised in a bounded table.
+ *
+ * The salt comes from a file the operator provisions. A missing, unreadable, empty or short salt
+ * file is a problem the caller reports; there is never a fallback to plain hosts. Where no salt is
+ * configured at all, the caller does not expose per-tenant series and writes {@link UNLABELLED}
+ * in the tenant field of log lines.
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+
+/** The tenant field where no salt is configured (and per-tenant series are not exposed). */
+export const UNLABELLED = "-";
+
+/** The shortest salt accepted, in bytes. */
+export const MIN_SALT_BYTES = 16;
+
+/** How many host → label entries are memoised before the table is cleared. */
+export const LABEL_CACHE_LIMIT = 10_000;
+
+const LABEL_HEX_DIGITS = 16;
+
+/** The outcome of {@link TenantLabels.fromFile}: labels, or a problem naming the file. */
+export interface SaltFileResult {
+  readonly labels?: TenantLabels;
+  readonly problem?: string;
+}
+
+/**
+ * Salted, memoised tenant labels.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { TenantLabels } from "./tenant_label.ts";
+ * const labels = new TenantLabels(new TextEncoder().encode("0123456789abcdef-salt"));
+ * assert.match(labels.label("demo.example"), /^[0-9a-f]{16}$/);
+ * assert.equal(labels.label("DEMO.example"), labels.label("demo.example"));
+ * ```
+ */
+export class TenantLabels {
+  readonly #salt: Uint8Array;
+  readonly #memo = new Map<string, string>();
+
+  /**
+   * @param salt the secret salt, at least {@link MIN_SALT_BYTES} bytes (copied)
+   * @throws {RangeError} when the salt is shorter than {@link MIN_SALT_BYTES} bytes
+   */
+  constructor(salt: Uint8Array) {
+    if (salt.length < MIN_SALT_BYTES) {
+      throw new RangeError(
+        `Tenant label salt is ${salt.length} bytes; at least ${MIN_SALT_BYTES} are required`,
+      );
+    }
+    this.#salt = salt.slice();
+  }
+
+  /**
+   * Reads the salt file: its bytes with trailing whitespace trimmed.
+   *
+   * @param path the salt file
+   * @returns the labels, or a problem naming the file and why it cannot be used
+   */
+  static async fromFile(path: string): Promise<SaltFileResult> {
+    let bytes: Uint8Array;
+    try {
+      bytes = await Deno.readFile(path);
+    } catch (error) {
+      return { problem: `Cannot read tenant label salt "${path}": ${(error as Error).message}` };
+    }
+    return TenantLabels.fromSaltBytes(bytes, path);
+  }
+
+  /**
+   * Checks a salt file's contents: its bytes with trailing whitespace trimmed must not be empty
+   * nor shorter than {@link MIN_SALT_BYTES}. This is {@link TenantLabels.fromFile} after the read.
+   *
+   * @param bytes the file's contents
+   * @param path the file, named in a problem
+   * @returns the labels, or a problem naming the file and why it cannot be used
+   * @example
+   * ```ts
+   * import assert from "node:assert/strict";
+   * import { TenantLabels } from "./tenant_label.ts";
+   * const short = TenantLabels.fromSaltBytes(new TextEncoder().encode("short\n"), "/etc/salt");
+   * assert.equal(short.problem, 'Tenant label salt "/etc/salt" is 5 bytes; at least 16 are required');
+   * assert.equal(short.labels, undefined);
+   * ```
+   */
+  static fromSaltBytes(bytes: Uint8Array, path: string): SaltFileResult {
+    const salt = trimTrailingWhitespace(bytes);
+    if (salt.length === 0) return { problem: `Tenant label salt "${path}" is empty` };
+    if (salt.length < MIN_SALT_BYTES) {
+      return {
+        problem: `Tenant label salt "${path}" is ${salt.length} bytes; ` +
+          `at least ${MIN_SALT_BYTES} are required`,
+      };
+    }
+    return { labels: new TenantLabels(salt) };
+  }
+
+  /** How many labels are memoised now (at most {@link LABEL_CACHE_LIMIT}). */
+  get cached(): number {
+    return this.#memo.size;
+  }
+
+  /** The label for a tenant host: 16 lower-case hex digits, the same for any case of the host. */
+  label(host: string): string {
+    const key = host.toLowerCase();
+    const known = this.#memo.get(key);
+    if (known !== undefined) return known;
+    const label = createHash("sha256").update(key).update(this.#salt).digest("hex")
+      .slice(0, LABEL_HEX_DIGITS);
+    if (this.#memo.size >= LABEL_CACHE_LIMIT) this.#memo.clear();
+    this.#memo.set(key, label);
+    return label;
+  }
+}
+
+/** The bytes without trailing ASCII whitespace (space, tab, CR, LF, VT, FF). */
+function trimTrailingWhitespace(bytes: Uint8Array): Uint8Array {
+  let end = bytes.length;
+  while (end > 0 && isWhitespace(bytes[end - 1])) end--;
+  return bytes.subarray(0, end);
+}
+
+/** True for an ASCII whitespace byte. */
+function isWhitespace(byte: number): boolean {
+  return byte === 0x20 || (byte >= 0x09 && byte <= 0x0d);
+}
