@@ -17,7 +17,7 @@ import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane.ts";
 import { type Clock, Ledger } from "../ledger/ledger.ts";
 import { ResponseStats } from "../observe/stats.ts";
-import { AccessLog } from "../observe/access_log.ts";
+import { AccessLog, diagnostics, type LogLevel } from "../observe/access_log.ts";
 import { BufferedLines, Observer } from "../observe/observer.ts";
 import { RequestMetrics } from "../observe/request_metrics.ts";
 import { TenantLabels } from "../observe/tenant_label.ts";
@@ -90,6 +90,19 @@ export function bindsHere(
   return lane === "public" && address.kind === "tcp";
 }
 
+/**
+ * Diagnostics on stderr at `level`: lines that say `warning:` are warnings, lines about a failure
+ * or refusal are errors, boot and reload lines are info; the access log is separate (stdout).
+ */
+function levelled(level: LogLevel): (line: string) => void {
+  const write = diagnostics(level);
+  return (line) => {
+    if (line.includes(" warning: ")) write.warn(line);
+    else if (/\b(failed|refused|rejected|cannot|error)\b/i.test(line)) write.error(line);
+    else write.info(line);
+  };
+}
+
 /** A running edge. */
 export interface Edge {
   readonly services: EdgeServices;
@@ -114,7 +127,7 @@ export async function startEdge(
   plan: EdgePlan<EdgeServices>,
   options: EdgeOptions,
 ): Promise<Edge> {
-  const log = options.log ?? ((line: string) => console.error(line));
+  const log = options.log ?? levelled(plan.config.observe.logLevel);
   const clock = options.clock ?? (() => performance.timeOrigin + performance.now());
   const worker = options.worker;
   const owns = !worker || worker.index === 0;
@@ -205,8 +218,15 @@ export async function startEdge(
     );
   }
   const lines = options.accessLog ? undefined : new BufferedLines();
+  const tracing = Tracing.detect(options.version);
+  if (tracing.enabled && owns) {
+    log(
+      "portcullis: warning: tracing is on; Deno's OpenTelemetry exporter sends spans to " +
+        "OTEL_EXPORTER_OTLP_ENDPOINT outside --allow-net (point it at a collector on loopback)",
+    );
+  }
   const observer = new Observer({
-    tracing: Tracing.detect(options.version),
+    tracing,
     metrics: new RequestMetrics(),
     accessLog: new AccessLog({ ...observe.accessLog, write: options.accessLog ?? lines!.push }),
     labels,
