@@ -231,7 +231,7 @@ Deno.test("formatFlags() lists each value once and leaves out absent flags", () 
   assert.equal(formatFlags([]), "");
 });
 
-Deno.test("deno.json start and compile tasks carry exactly the derived flags", async () => {
+Deno.test("deno.json start task carries exactly the derived flags (compile: tests/deploy_test.ts)", async () => {
   const before = Deno.cwd();
   Deno.chdir(ROOT);
   let expected: string;
@@ -242,7 +242,7 @@ Deno.test("deno.json start and compile tasks carry exactly the derived flags", a
   }
   assert.equal(expected, EXAMPLE_FLAGS);
   const tasks = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json"))).tasks;
-  for (const name of ["start", "compile"]) {
+  for (const name of ["start"]) {
     const permissionFlags = (tasks[name] as string).split(/\s+/).filter((token) =>
       /^--(allow|deny|ignore)-/.test(token) || /^-[A-Z]+$/.test(token) || token === "--allow-all"
     );

@@ -18,6 +18,7 @@ import { TenantLabels } from "../src/observe/tenant_label.ts";
 import { SHOP, withProxyEdge } from "./fixtures/proxy_edge.ts";
 import { request } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
+import { freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
 
 const SALT = "portcullis-test-salt-0123456789";
 
@@ -172,4 +173,24 @@ Deno.test("access log sampling keeps every error and drops a share of the rest",
     const statuses = p.t.accessLines.map((line) => JSON.parse(line).status);
     assert.deepEqual(statuses, [404], "sample 0: only the outcome is logged");
   });
+});
+
+Deno.test("log_level error keeps boot lines and warnings off stderr", async () => {
+  const [publicPort] = freePorts(1);
+  const ports = { public: publicPort, local_health: 0, provider_health: 0 };
+  const quiet = await Gateway.start(
+    await writeConfig(proofConfig(ports, { observe: { log_level: "error" } })),
+    ports,
+  );
+  try {
+    assert.equal(
+      (await request(publicPort, { path: "/", headers: [["Host", "demo.test"]] })).status,
+      200,
+    );
+  } finally {
+    await quiet.dispose();
+  }
+  assert.doesNotMatch(quiet.stderr, /listening on/);
+  assert.doesNotMatch(quiet.stderr, /salt_file/);
+  assert.match(quiet.stderr, /portcullis: ready/);
 });

@@ -97,8 +97,12 @@ export function requiredGrants(config: EdgeConfig): Grant[] {
   return [...grants, ...CODE_GRANTS];
 }
 
-/** The folders a request worker's modules load from (this checkout's `src/` and `lanes/`). */
-const WORKER_CODE: readonly string[] = import.meta.url.startsWith("file:")
+/**
+ * The folders a request worker's modules load from (this checkout's `src/` and `lanes/`). A
+ * compiled binary embeds them (its modules live under a `deno-compile-` folder) and needs none.
+ */
+const WORKER_CODE: readonly string[] = import.meta.url.startsWith("file:") &&
+    !import.meta.url.includes("/deno-compile-")
   ? [
     fromFileUrl(new URL("../", import.meta.url)),
     fromFileUrl(new URL("../../lanes/", import.meta.url)),
