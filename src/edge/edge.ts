@@ -213,7 +213,7 @@ export async function startEdge(
     }
   } else if (owns) {
     log(
-      "portcullis: warning: observe.salt_file is not set; no metric or log line carries a " +
+      "portcullis: observe.salt_file is not set, so no metric, log line or span carries a " +
         "tenant (tenant labels are salted hashes, never plain hosts)",
     );
   }
