@@ -126,35 +126,14 @@ export function shellQuote(argument: string): string {
  * @returns the exit status
  */
 export async function main(args: readonly string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: [...args],
-      options: { print: { type: "boolean" }, output: { type: "string" } },
-      allowPositionals: true,
-      strict: true,
-    });
-  } catch (error) {
-    console.error(`portcullis: ${error instanceof Error ? error.message : error}`);
-    console.error(USAGE);
-    return 2;
-  }
-  if (parsed.positionals.length !== 1) {
-    const what = parsed.positionals.length === 0 ? "missing config file" : "unexpected arguments";
-    console.error(`portcullis: ${what}`);
-    console.error(USAGE);
-    return 2;
-  }
-  const file = parsed.positionals[0];
-  let derived: DerivedFlags;
-  try {
-    derived = await deriveFlags(file);
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    for (const problem of error.problems) console.error(`portcullis: ${formatProblem(problem)}`);
-    console.error(`portcullis: ${error.problems.length} problem(s); nothing was compiled`);
-    return 1;
-  }
+  const invocation = await invoke(args, {
+    options: { print: { type: "boolean" }, output: { type: "string" } },
+    usage: USAGE,
+    refused: "nothing was compiled",
+  });
+  if (typeof invocation === "number") return invocation;
+  const { values: parsedValues, derived, file } = invocation;
+  const parsed = { values: parsedValues as { print?: boolean; output?: string } };
   const binary = derived.role === "hub" ? "portcullis-hub" : "portcullis";
   const output = parsed.values.output ?? (relative(Deno.cwd(), `${ROOT}dist/${binary}`) || binary);
   const [command, ...rest] = compileCommand(derived.flags, output);
@@ -173,4 +152,52 @@ export async function main(args: readonly string[]): Promise<number> {
 
 if (import.meta.main) {
   Deno.exit(await main(Deno.args));
+}
+
+/**
+ * Reads a script's arguments (options and exactly one config file) and derives the config's flags,
+ * reporting usage errors (status 2) and config problems (status 1) the way `main.ts` does.
+ *
+ * @returns the option values and the derived flags, or the exit status
+ */
+export async function invoke(
+  args: readonly string[],
+  how: {
+    options: Record<string, { type: "string" | "boolean" }>;
+    usage: string;
+    /** Ends the problem summary, e.g. "nothing was compiled". */
+    refused: string;
+  },
+): Promise<
+  | { values: Record<string, string | boolean | undefined>; file: string; derived: DerivedFlags }
+  | number
+> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: [...args],
+      options: how.options,
+      allowPositionals: true,
+      strict: true,
+    });
+  } catch (error) {
+    console.error(`portcullis: ${error instanceof Error ? error.message : error}`);
+    console.error(how.usage);
+    return 2;
+  }
+  if (parsed.positionals.length !== 1) {
+    const what = parsed.positionals.length === 0 ? "missing config file" : "unexpected arguments";
+    console.error(`portcullis: ${what}`);
+    console.error(how.usage);
+    return 2;
+  }
+  try {
+    const file = parsed.positionals[0];
+    return { values: parsed.values, file, derived: await deriveFlags(file) };
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    for (const problem of error.problems) console.error(`portcullis: ${formatProblem(problem)}`);
+    console.error(`portcullis: ${error.problems.length} problem(s); ${how.refused}`);
+    return 1;
+  }
 }

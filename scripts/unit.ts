@@ -20,9 +20,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
-import { ConfigError, formatProblem } from "../src/config/problems.ts";
-import { type DerivedFlags, deriveFlags } from "./compile.ts";
+import { type DerivedFlags, invoke } from "./compile.ts";
 
 const USAGE =
   "usage: deno run -A scripts/unit.ts <config.yaml | hub.yaml> [--binary PATH] [--workdir DIR]";
@@ -161,35 +159,14 @@ export function renderUnit(derived: DerivedFlags, place: UnitPlace): string {
  * @returns the exit status
  */
 export async function main(args: readonly string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: [...args],
-      options: { binary: { type: "string" }, workdir: { type: "string" } },
-      allowPositionals: true,
-      strict: true,
-    });
-  } catch (error) {
-    console.error(`portcullis: ${error instanceof Error ? error.message : error}`);
-    console.error(USAGE);
-    return 2;
-  }
-  if (parsed.positionals.length !== 1) {
-    const what = parsed.positionals.length === 0 ? "missing config file" : "unexpected arguments";
-    console.error(`portcullis: ${what}`);
-    console.error(USAGE);
-    return 2;
-  }
-  const config = parsed.positionals[0];
-  let derived: DerivedFlags;
-  try {
-    derived = await deriveFlags(config);
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    for (const problem of error.problems) console.error(`portcullis: ${formatProblem(problem)}`);
-    console.error(`portcullis: ${error.problems.length} problem(s); no unit was written`);
-    return 1;
-  }
+  const invocation = await invoke(args, {
+    options: { binary: { type: "string" }, workdir: { type: "string" } },
+    usage: USAGE,
+    refused: "no unit was written",
+  });
+  if (typeof invocation === "number") return invocation;
+  const { derived, file: config } = invocation;
+  const parsed = { values: invocation.values as { binary?: string; workdir?: string } };
   const name = derived.role === "edge" ? "portcullis" : "portcullis-hub";
   const binary = parsed.values.binary ?? `/usr/local/bin/${name}`;
   const workdir = parsed.values.workdir ?? `/etc/${name}`;
