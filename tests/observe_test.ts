@@ -17,7 +17,8 @@ import {
 import { TenantLabels } from "../src/observe/tenant_label.ts";
 import { SHOP, withProxyEdge } from "./fixtures/proxy_edge.ts";
 import { request } from "./fixtures/http_client.ts";
-import { waitFor } from "./fixtures/in_process.ts";
+import { waitFor, withEdge } from "./fixtures/in_process.ts";
+import { certEntry, TestPki } from "./fixtures/certs.ts";
 import { freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
 
 const SALT = "portcullis-test-salt-0123456789";
@@ -193,4 +194,39 @@ Deno.test("log_level error keeps boot lines and warnings off stderr", async () =
   assert.doesNotMatch(quiet.stderr, /listening on/);
   assert.doesNotMatch(quiet.stderr, /salt_file/);
   assert.match(quiet.stderr, /portcullis: ready/);
+});
+
+Deno.test("certificate expiry is a metric labelled by the hashed name, or by position without a salt", async () => {
+  const pki = await TestPki.create();
+  const salt = await saltFile();
+  try {
+    const week = 7 * 24 * 3600 * 1000;
+    const cert = await pki.issue("secret-tenant.test", { lifetimeMs: week });
+    for (const salted of [true, false]) {
+      await withEdge({
+        lanes: ["public", "local_health"],
+        tenants: [{ host: "secret-tenant.test", routes: [] }],
+        edit(config) {
+          config.lanes.public.tls = { certificates: [certEntry(cert, true)] };
+          if (salted) config.observe = { salt_file: salt };
+        },
+      }, async (t) => {
+        const metrics = (await request(t.ports.local_health, { path: "/metrics" })).body;
+        const expected = salted
+          ? new TenantLabels(new TextEncoder().encode(SALT)).label("secret-tenant.test")
+          : "1";
+        const match = new RegExp(
+          `^portcullis_tls_certificate_expiry_seconds\\{certificate="${expected}"\\} (\\d+)$`,
+          "m",
+        ).exec(metrics);
+        assert.ok(match, metrics.split("\n").filter((l) => l.includes("tls")).join("\n"));
+        const seconds = Number(match[1]);
+        assert.ok(Math.abs(seconds - week / 1000) < 3600, `expires in ${seconds} s`);
+        assert.ok(!metrics.includes("secret-tenant"), "the certificate's name is not shown");
+      });
+    }
+  } finally {
+    await pki.dispose();
+    await Deno.remove(salt);
+  }
 });
