@@ -15,7 +15,7 @@ import {
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base";
 import { TenantLabels } from "../src/observe/tenant_label.ts";
-import { SHOP, withProxyEdge } from "./fixtures/proxy_edge.ts";
+import { apiRoute, SHOP, withProxyEdge } from "./fixtures/proxy_edge.ts";
 import { request } from "./fixtures/http_client.ts";
 import { waitFor, withEdge } from "./fixtures/in_process.ts";
 import { certEntry, TestPki } from "./fixtures/certs.ts";
@@ -229,4 +229,27 @@ Deno.test("certificate expiry is a metric labelled by the hashed name, or by pos
     await pki.dispose();
     await Deno.remove(salt);
   }
+});
+
+Deno.test("a retried request shows each attempt: two upstream spans, attempts 2 in the log", async () => {
+  await withSpans(async (exporter) => {
+    await withProxyEdge({
+      socks: [{ mode: "refuse" }, {}], // a fresh pool tries instance 0 first: it refuses
+      routes: (site) => [apiRoute(site)],
+    }, async (p) => {
+      const response = await p.send({ path: "/api/echo" });
+      assert.equal(response.status, 200);
+      await waitFor(() => p.t.accessLines.length, (n) => n >= 1);
+      const line = JSON.parse(p.t.accessLines[0]);
+      assert.deepEqual([line.attempts, line.retries, line.status], [2, 1, 200]);
+      const spans = exporter.getFinishedSpans();
+      const attempts = spans.filter((s) => s.name === "portcullis.upstream");
+      assert.deepEqual(attempts.map((s) => s.attributes["portcullis.attempt"]), [1, 2]);
+      assert.deepEqual(
+        attempts.map((s) => s.attributes["portcullis.egress"]),
+        p.socks.map((s) => `127.0.0.1:${s.port}`),
+      );
+      assert.ok(attempts[0].attributes["portcullis.outcome"], "the failed attempt says why");
+    });
+  });
 });
