@@ -68,6 +68,13 @@ export async function startWorkers(
     worker.onerror = (event) => {
       event.preventDefault();
       gate.fail([`Worker ${index} failed: ${event.message}`]);
+      // After boot the kernel stops handing connections to a closed socket; the others serve on.
+      if (edge) {
+        log(
+          `portcullis: error: public request worker ${index} stopped (${event.message}); ` +
+            "the other workers serve on; restart the edge to replace it",
+        );
+      }
       resolveDone();
     };
     worker.onmessage = async (event: MessageEvent<ToOwner>) => {
