@@ -215,3 +215,34 @@ Deno.test("two Ledgers over the same shared buffers enforce one set of slots", (
   assert.equal(after.lanes.local_health.in_use, 3);
   assert.equal(after.release_balanced, false);
 });
+
+Deno.test("a stopped worker's slots, bytes and connections are reclaimed, and its requests count as cancelled", () => {
+  const clock = () => 0;
+  const shared = LedgerMemory.create(2, true);
+  const owner = new Ledger(profile(), { clock, memory: shared });
+  const worker = new Ledger(profile(), { clock, memory: LedgerMemory.attach(shared.buffers, 1) });
+  const kept = owner.admit("public") as Reservation;
+  const lost = [worker.admit("public"), worker.admit("local_health"), worker.admit("public")];
+  assert.ok(lost.every((r) => r instanceof Reservation));
+  assert.equal((lost[2] as Reservation).complete(), true, "a release before the stop is not lost");
+  assert.equal(worker.openConnection("public"), true);
+  assert.equal(worker.openConnection("public"), true);
+  worker.closeConnection("public");
+
+  assert.deepEqual(owner.reclaim(1), { requests: 2, connections: 1 });
+  const snap = snapshotLedger(owner);
+  assert.equal(snap.outstanding, 1, "only the owner's own request is still held");
+  assert.equal(snap.lanes.public.in_use, 1);
+  assert.equal(snap.lanes.local_health.in_use, 0);
+  assert.equal(snap.lanes.public.connections, 0);
+  assert.equal(snap.cancelled, 2);
+  assert.equal(kept.complete(), true);
+  const end = snapshotLedger(owner);
+  assert.equal(end.release_balanced, true);
+  assert.equal(end.bytes_in_use, 0);
+  assert.deepEqual(owner.reclaim(1), { requests: 0, connections: 0 }, "nothing twice");
+});
+
+function kind(r: Reservation | Overload): string {
+  return r instanceof Reservation ? "admitted" : r.overload;
+}

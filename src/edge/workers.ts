@@ -70,9 +70,11 @@ export async function startWorkers(
       gate.fail([`Worker ${index} failed: ${event.message}`]);
       // After boot the kernel stops handing connections to a closed socket; the others serve on.
       if (edge) {
+        const lost = edge.services.ledger.reclaim(index);
         log(
           `portcullis: error: public request worker ${index} stopped (${event.message}); ` +
-            "the other workers serve on; restart the edge to replace it",
+            `${lost.requests} requests and ${lost.connections} connections it held were ` +
+            "reclaimed; the other workers serve on; restart the edge to replace it",
         );
       }
       resolveDone();

@@ -123,6 +123,7 @@ export class Ledger implements ReservationOwner {
         return this.#refuse(index, "byte_budget");
       }
     }
+    memory.add(fromReserve ? C.heldReserve(index) : C.heldGeneral(index), 1);
     const inUse = Atomics.add(memory.gauges, G.inUse, 1) + 1;
     memory.raise(G.highWater, inUse);
     memory.bump(C.admitted(index));
@@ -134,6 +135,7 @@ export class Ledger implements ReservationOwner {
   settle(ticket: Reservation, completed: boolean): void {
     const memory = this.memory;
     const index = ticket.laneIndex;
+    memory.add(ticket.fromReserve ? C.heldReserve(index) : C.heldGeneral(index), -1);
     if (ticket.fromReserve) {
       memory.give(G.reserveUsed(index), 1);
     } else {
@@ -206,6 +208,7 @@ export class Ledger implements ReservationOwner {
   openConnection(lane: LaneName): boolean {
     const index = laneIndex(lane);
     if (this.memory.tryTake(G.connections(index), 1, this.profile.lanes[index].maxConnections)) {
+      this.memory.add(C.heldConnections(index), 1);
       this.memory.bump(C.connectionsAccepted(index));
       return true;
     }
@@ -215,7 +218,43 @@ export class Ledger implements ReservationOwner {
 
   /** Returns a connection's place under its lane's ceiling. */
   closeConnection(lane: LaneName): void {
-    this.memory.give(G.connections(laneIndex(lane)), 1);
+    const index = laneIndex(lane);
+    this.memory.add(C.heldConnections(index), -1);
+    this.memory.give(G.connections(index), 1);
+  }
+
+  /**
+   * Returns everything request worker `stripe` held — slots, bytes, connections — after it
+   * stopped without releasing them; its unreleased requests count as cancelled.
+   *
+   * @returns how many requests and connections were reclaimed
+   */
+  reclaim(stripe: number): { requests: number; connections: number } {
+    const memory = this.memory;
+    let requests = 0;
+    let connections = 0;
+    this.profile.lanes.forEach((profile, index) => {
+      const reserve = memory.read(stripe, C.heldReserve(index));
+      const general = memory.read(stripe, C.heldGeneral(index));
+      const open = memory.read(stripe, C.heldConnections(index));
+      if (reserve > 0) memory.give(G.reserveUsed(index), reserve);
+      if (general > 0) {
+        memory.give(G.generalBytes, general * profile.footprint);
+        memory.give(G.generalTotal, general);
+        memory.give(G.generalUsed(index), general);
+      }
+      if (open > 0) memory.give(G.connections(index), open);
+      for (const entry of [C.heldReserve(index), C.heldGeneral(index), C.heldConnections(index)]) {
+        memory.write(stripe, entry, 0);
+      }
+      requests += Math.max(0, reserve) + Math.max(0, general);
+      connections += Math.max(0, open);
+    });
+    if (requests > 0) {
+      memory.give(G.inUse, requests);
+      memory.add(C.cancelled, requests);
+    }
+    return { requests, connections };
   }
 
   #refuse(index: number, kind: OverloadKind, retryAfterMs?: number): Overload {

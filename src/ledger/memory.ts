@@ -31,7 +31,9 @@ export const G = {
   size: G_GLOBAL + 4,
 } as const;
 
-const C_LANE_STRIDE = 4 + OVERLOAD_KINDS.length;
+/** Per lane: admitted, denied route, connections accepted and refused, overloads, then holdings. */
+const C_LANE_STRIDE = 4 + OVERLOAD_KINDS.length + 3;
+const C_HELD = 4 + OVERLOAD_KINDS.length;
 const C_GLOBAL = LANE_COUNT * C_LANE_STRIDE;
 /** Counter indices within one stripe. */
 export const C = {
@@ -41,6 +43,10 @@ export const C = {
   connectionsRefused: (lane: number) => lane * C_LANE_STRIDE + 3,
   overload: (lane: number, kind: OverloadKind) =>
     lane * C_LANE_STRIDE + 4 + OVERLOAD_KINDS.indexOf(kind),
+  /** What this worker holds right now (a gauge kept in its own stripe, for reclaiming). */
+  heldReserve: (lane: number) => lane * C_LANE_STRIDE + C_HELD,
+  heldGeneral: (lane: number) => lane * C_LANE_STRIDE + C_HELD + 1,
+  heldConnections: (lane: number) => lane * C_LANE_STRIDE + C_HELD + 2,
   completed: C_GLOBAL,
   cancelled: C_GLOBAL + 1,
   doubleRelease: C_GLOBAL + 2,
@@ -102,6 +108,21 @@ export class LedgerMemory {
   /** Adds one to a counter in this worker's stripe. */
   bump(index: number): void {
     this.counters[this.stripe + index]++;
+  }
+
+  /** Adds `delta` to an entry of this worker's stripe (its holdings go up and down). */
+  add(index: number, delta: number): void {
+    this.counters[this.stripe + index] += delta;
+  }
+
+  /** An entry of stripe `stripe`. */
+  read(stripe: number, index: number): number {
+    return this.counters[stripe * C.size + index];
+  }
+
+  /** Sets an entry of stripe `stripe` (reclaiming a stopped worker's holdings). */
+  write(stripe: number, index: number, value: number): void {
+    this.counters[stripe * C.size + index] = value;
   }
 
   /** The sum of a counter over every stripe. */
