@@ -242,7 +242,3 @@ Deno.test("a stopped worker's slots, bytes and connections are reclaimed, and it
   assert.equal(end.bytes_in_use, 0);
   assert.deepEqual(owner.reclaim(1), { requests: 0, connections: 0 }, "nothing twice");
 });
-
-function kind(r: Reservation | Overload): string {
-  return r instanceof Reservation ? "admitted" : r.overload;
-}
