@@ -30,6 +30,29 @@ export async function readFolderTexts(dir: string): Promise<FolderRead> {
   return { texts: read.texts, hash: await hashTexts(read.texts), problems: read.problems };
 }
 
+/**
+ * Reads a folder until two reads in a row hash the same (a folder being edited is read again after
+ * `pauseMs`, up to {@link STABLE_READS} times); a folder that never settles is a problem.
+ */
+export async function readStableFolder(
+  dir: string,
+  read: (dir: string) => Promise<FolderRead>,
+  pauseMs: number,
+): Promise<FolderRead> {
+  for (let attempt = 1;; attempt++) {
+    const first = await read(dir);
+    if (first.problems.length > 0) return first;
+    const again = await read(dir);
+    if (again.problems.length === 0 && again.hash === first.hash) return first;
+    if (attempt === STABLE_READS) {
+      const message = `The folder kept changing while it was read (${STABLE_READS} times); ` +
+        "the next change reads it again";
+      return { ...first, problems: [{ file: dir, path: [], message }] };
+    }
+    await new Promise((resolve) => setTimeout(resolve, pauseMs));
+  }
+}
+
 /** A folder reloader: `reload()` on demand, and the watch when started. */
 export interface RuntimeReloader {
   /** Reads the folder and offers it; resolves with what the store did. */
@@ -63,28 +86,10 @@ export function runtimeReloader(
   let stopped = false;
 
   async function reload(): Promise<OfferOutcome> {
-    for (let attempt = 1;; attempt++) {
-      const read = await readFolder(dir);
-      if (read.problems.length > 0) return report(await store.reject("directory", read.problems));
-      const hash = read.hash;
-      const again = await readFolder(dir);
-      if (again.problems.length === 0 && again.hash === hash) {
-        const offer = {
-          dir,
-          texts: read.texts,
-          source: "directory" as const,
-          hash,
-          files: read.files,
-        };
-        return report(await store.offer(offer));
-      }
-      if (attempt === STABLE_READS) {
-        const message = `The folder kept changing while it was read (${STABLE_READS} times); ` +
-          "the next change reads it again";
-        return report(await store.reject("directory", [{ file: dir, path: [], message }]));
-      }
-      await new Promise((resolve) => setTimeout(resolve, options.debounceMs));
-    }
+    const read = await readStableFolder(dir, readFolder, options.debounceMs);
+    if (read.problems.length > 0) return report(await store.reject("directory", read.problems));
+    const { texts, hash, files } = read;
+    return report(await store.offer({ dir, texts, source: "directory", hash, files }));
   }
 
   const report = (outcome: OfferOutcome) => reportOutcome(outcome, store, dir, log);

@@ -17,8 +17,8 @@ import { overlaps } from "../boot/distinct.ts";
 import { type FileSet, hashFileSet, readFileSet, runtimeTextsOf } from "../config/file_set.ts";
 import { configStatus, ConfigStore, type OfferOutcome } from "../config/generations.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
-import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.ts";
-import { type FolderRead, runtimeReloader } from "../config/runtime_watch.ts";
+import { ConfigError, formatPath } from "../config/problems.ts";
+import { type FolderRead, readStableFolder, runtimeReloader } from "../config/runtime_watch.ts";
 import { describeIoError } from "../config/yaml_file.ts";
 import { BootError } from "../edge/edge.ts";
 import { bindServer } from "../edge/listeners.ts";
@@ -75,9 +75,9 @@ export async function startHub(
   options: { readonly log?: (line: string) => void } = {},
 ): Promise<Hub> {
   const log = options.log ?? ((line: string) => console.error(line));
-  const first = await readStable(config.runtimeDir);
+  const first = await readStableFolder(config.runtimeDir, readHubFolder, config.debounceMs);
   if (first.problems.length > 0) throw new ConfigError(first.problems);
-  const texts = runtimeTextsOf(first.files);
+  const texts = first.texts;
   const built = await buildRegistry(config.runtimeDir, texts);
   if (!built.registry) throw new ConfigError(built.problems);
   const store = new ConfigStore({
@@ -94,17 +94,11 @@ export async function startHub(
     nodeId: config.nodeId,
     history: config.history,
   });
-  const readForFeed = async (dir: string): Promise<FolderRead> => {
-    const read = await readFileSet(dir);
-    const files = shareUnchanged(read.files, store.current.files);
-    const hash = await hashFileSet(files);
-    return { texts: runtimeTextsOf(files), hash, problems: read.problems, files };
-  };
   const reloader = runtimeReloader(config.runtimeDir, store, {
     watch: config.watch,
     debounceMs: config.debounceMs,
     log,
-    read: readForFeed,
+    read: (dir) => readHubFolder(dir, store.current.files),
   });
 
   let authenticate: NodeAuthenticator;
@@ -266,24 +260,16 @@ export async function startHub(
   };
 }
 
-/** Reads the folder until two reads in a row agree (a folder mid-edit is read again). */
-async function readStable(
-  dir: string,
-): Promise<{ files: FileSet; hash: string; problems: ConfigProblem[] }> {
-  for (let attempt = 1;; attempt++) {
-    const read = await readFileSet(dir);
-    if (read.problems.length > 0) return { files: read.files, hash: "", problems: read.problems };
-    const hash = await hashFileSet(read.files);
-    const again = await readFileSet(dir);
-    if (again.problems.length === 0 && await hashFileSet(again.files) === hash) {
-      return { files: read.files, hash, problems: [] };
-    }
-    if (attempt === 5) {
-      const message = "The folder kept changing while it was read (5 times)";
-      return { files: read.files, hash, problems: [{ file: dir, path: [], message }] };
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+/** Reads the runtime folder whole, sharing the live set's buffers for unchanged files. */
+async function readHubFolder(dir: string, live?: FileSet): Promise<FolderRead> {
+  const read = await readFileSet(dir);
+  const files = shareUnchanged(read.files, live);
+  return {
+    texts: runtimeTextsOf(files),
+    hash: await hashFileSet(files),
+    problems: read.problems,
+    files,
+  };
 }
 
 /**
