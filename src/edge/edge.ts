@@ -41,7 +41,7 @@ import {
   describeListener,
   listen,
 } from "./listeners.ts";
-import { checkReach, type EdgePlan } from "./plan.ts";
+import { checkReach, type EdgePlan, firstGenerationNumber } from "./plan.ts";
 import type { WorkerRole } from "./worker_role.ts";
 import { LedgerMemory } from "../ledger/memory.ts";
 import type { EdgeServices, EdgeState } from "./services.ts";
@@ -143,7 +143,7 @@ export async function startEdge(
   const runtime = plan.config.runtime;
   const store = new ConfigStore(
     {
-      number: worker?.first?.number ?? (plan.runtime.hash === "" ? 0 : 1),
+      number: worker?.first?.number ?? firstGenerationNumber(plan.runtime),
       hash: plan.runtime.hash,
       loadedAt: worker?.first?.loadedAt ?? Date.now(),
       source: plan.runtime.source,

@@ -33,6 +33,11 @@ export interface RuntimeSnapshot {
   readonly source: GenerationSource;
 }
 
+/** The first generation's number: 1, or 0 for the empty set a remote edge starts with. */
+export function firstGenerationNumber(runtime: RuntimeSnapshot): number {
+  return runtime.hash === "" ? 0 : 1;
+}
+
 /** Everything `serve` needs, checked. */
 export interface EdgePlan<S> {
   readonly config: EdgeConfig;

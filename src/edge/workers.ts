@@ -18,9 +18,9 @@ import { formatAddress } from "../config/load.ts";
 import { LedgerMemory } from "../ledger/memory.ts";
 import { ResponseStats } from "../observe/stats.ts";
 import { BootError, type Edge, type EdgeOptions, startEdge } from "./edge.ts";
-import type { EdgePlan } from "./plan.ts";
+import { type EdgePlan, firstGenerationNumber, type RuntimeSnapshot } from "./plan.ts";
 import type { EdgeServices } from "./services.ts";
-import type { ToOwner, ToWorker } from "./worker_messages.ts";
+import type { GenerationData, ToOwner, ToWorker } from "./worker_messages.ts";
 
 /**
  * Starts an edge with `plan.config.workers` request workers (one: a plain {@link startEdge}).
@@ -40,14 +40,17 @@ export async function startWorkers(
   const stats = ResponseStats.allocate(count);
   const egressChannel = `portcullis-egress-${crypto.randomUUID()}`;
   const generation = new SharedArrayBuffer(4);
-  const firstNumber = plan.runtime.hash === "" ? 0 : 1;
+  const firstNumber = firstGenerationNumber(plan.runtime);
   Atomics.store(new Int32Array(generation), 0, firstNumber);
+  /** Generations being built in the other workers, by number. */
   const preparing = new Map<
     number,
-    { left: Set<number>; problems: ConfigProblem[]; done: () => void }
+    { left: Set<number>; problems: ConfigProblem[]; built: (worker: number) => void }
   >();
   const gate = new ArmGate(count);
   const workers: Worker[] = [];
+  /** Workers still running: a generation waits for these to build it, and only these. */
+  const live = new Set<number>();
   const finished: Promise<void>[] = [];
   const armed: Promise<void>[] = [];
   let edge: Edge | undefined;
@@ -61,6 +64,7 @@ export async function startWorkers(
       name: `portcullis-worker-${index}`,
     });
     workers.push(worker);
+    live.add(index);
     let resolveDone!: () => void;
     finished.push(new Promise((resolve) => resolveDone = resolve));
     let resolveArmed!: () => void;
@@ -69,6 +73,8 @@ export async function startWorkers(
       event.preventDefault();
       gate.fail([`Worker ${index} failed: ${event.message}`]);
       // After boot the kernel stops handing connections to a closed socket; the others serve on.
+      live.delete(index);
+      for (const pending of preparing.values()) pending.built(index);
       if (edge) {
         const lost = edge.services.ledger.reclaim(index);
         log(
@@ -92,14 +98,11 @@ export async function startWorkers(
         resolveDone();
       } else if (message.type === "prepared") {
         const pending = preparing.get(message.number);
-        if (pending) {
-          pending.problems.push(...message.problems.map((p) => ({
-            ...p,
-            message: `Worker ${index} could not build it: ${p.message}`,
-          })));
-          pending.left.delete(index);
-          if (pending.left.size === 0) pending.done();
-        }
+        pending?.problems.push(...message.problems.map((p) => ({
+          ...p,
+          message: `Worker ${index} could not build it: ${p.message}`,
+        })));
+        pending?.built(index);
       } else if (message.type === "counts") {
         edge?.services.policyStats.absorb(index, message.policy);
         edge?.services.observer.metrics.absorb(index, message.requests);
@@ -113,7 +116,6 @@ export async function startWorkers(
         worker.postMessage(await ownerCall(edge, message.id, message.method));
       }
     };
-    const first = plan.runtime;
     worker.postMessage(
       {
         type: "start",
@@ -125,21 +127,14 @@ export async function startWorkers(
         stats,
         egressChannel,
         generation,
-        first: {
-          dir: first.dir,
-          texts: [...first.texts],
-          hash: first.hash,
-          source: first.source,
-          number: firstNumber,
-          loadedAt: Date.now(),
-        },
+        first: generationData(plan.runtime, firstNumber, Date.now()),
       } satisfies ToWorker,
     );
   }
 
   const terminate = async () => {
     post({ type: "close" });
-    await Promise.race([Promise.all(finished), new Promise((r) => setTimeout(r, 2000))]);
+    await within(Promise.all(finished), 2000);
     for (const worker of workers) worker.terminate();
   };
   try {
@@ -154,52 +149,32 @@ export async function startWorkers(
         egressChannel,
         generation,
         armGate: (listeners) => gate.report(0, listeners),
-        prepareElsewhere(g) {
+        async prepareElsewhere(g) {
           const problems: ConfigProblem[] = [];
+          const left = new Set(live);
           const ready = new Promise<void>((done) => {
-            preparing.set(g.number, {
-              left: new Set(workers.map((_, i) => i + 1)),
-              problems,
-              done,
+            const built = (worker: number) => {
+              left.delete(worker);
+              if (left.size === 0) done();
+            };
+            preparing.set(g.number, { left, problems, built });
+            if (left.size === 0) done();
+          });
+          post({ type: "prepare", ...generationData(g, g.number, g.loadedAt) });
+          if (await within(ready, 10_000) === LATE) {
+            problems.push({
+              file: g.dir,
+              path: [],
+              message: `Worker(s) ${[...left].join(", ")} did not build the set within 10 s`,
             });
-          });
-          post({
-            type: "prepare",
-            number: g.number,
-            loadedAt: g.loadedAt,
-            hash: g.hash,
-            source: g.source,
-            dir: g.dir,
-            texts: [...g.texts],
-          });
-          let timer: ReturnType<typeof setTimeout> | undefined;
-          const late = new Promise<void>((resolve) => {
-            timer = setTimeout(() => {
-              const left = [...preparing.get(g.number)?.left ?? []];
-              problems.push({
-                file: g.dir,
-                path: [],
-                message: `Worker(s) ${left.join(", ")} did not build the set within 10 s`,
-              });
-              resolve();
-            }, 10_000);
-          });
-          return Promise.race([ready, late]).then(() => {
-            clearTimeout(timer);
-            preparing.delete(g.number);
-            return problems;
-          });
+          }
+          preparing.delete(g.number);
+          return problems;
         },
       },
     });
     // Ready means every worker serves: wait for each to be armed, not only this one.
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const late = new Promise<"late">((resolve) =>
-      timer = setTimeout(() => resolve("late"), 10_000)
-    );
-    const outcome = await Promise.race([Promise.all(armed), late]);
-    clearTimeout(timer);
-    if (outcome === "late") {
+    if (await within(Promise.all(armed), 10_000) === LATE) {
       await edge.close();
       throw new BootError(["A request worker was not armed within 10 s"]);
     }
@@ -237,6 +212,35 @@ export async function startWorkers(
     drain: () => all(() => own.drain(), { type: "drain" }),
     close: () => all(() => own.close(), { type: "close" }),
     finished: own.finished.then(() => Promise.all(finished)).then(() => {}),
+  };
+}
+
+const LATE = Symbol("late");
+
+/** Resolves with `promise`'s value, or {@link LATE} when `ms` pass first. */
+async function within<T>(promise: Promise<T>, ms: number): Promise<T | typeof LATE> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<typeof LATE>((resolve) => timer = setTimeout(() => resolve(LATE), ms));
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A generation as plain data for another worker. */
+function generationData(
+  set: RuntimeSnapshot,
+  number: number,
+  loadedAt: number,
+): GenerationData {
+  return {
+    number,
+    loadedAt,
+    hash: set.hash,
+    source: set.source,
+    dir: set.dir,
+    texts: [...set.texts],
   };
 }
 
