@@ -174,6 +174,7 @@ export async function startEdge(
     })
     : undefined;
   const stopSharing = worker ? shareEgress(egress, worker.egressChannel) : () => {};
+  const lines = options.accessLog ? undefined : new BufferedLines();
   const stopRuntime = () => {
     reloader?.stop();
     follower?.stop();
@@ -217,7 +218,6 @@ export async function startEdge(
         "tenant (tenant labels are salted hashes, never plain hosts)",
     );
   }
-  const lines = options.accessLog ? undefined : new BufferedLines();
   const tracing = Tracing.detect(options.version);
   if (tracing.enabled && owns) {
     log(
@@ -291,19 +291,26 @@ export async function startEdge(
         : []
     )
   );
-  const objectProblems = checkDistinctObjects(bound);
-  if (objectProblems.length > 0) throw new BootError(objectProblems.map((p) => p.message));
-
   const listening: Bound[] = [];
+  /** Undoes a boot that will not complete: listeners, certificate watch, runtime source. */
+  const abandon = async () => {
+    await Promise.all(listening.map((grant) => closeListener(grant)));
+    stopWatching();
+    stopRuntime();
+  };
+  const objectProblems = checkDistinctObjects(bound);
+  if (objectProblems.length > 0) {
+    await abandon();
+    throw new BootError(objectProblems.map((p) => p.message));
+  }
+
   try {
     for (const grant of bound) {
       await listen(grant, worker !== undefined);
       listening.push(grant);
     }
   } catch (error) {
-    await Promise.all(listening.map((grant) => closeListener(grant)));
-    stopWatching();
-    stopRuntime();
+    await abandon();
     throw new BootError([(error as Error).message]);
   }
   const actual: LaneListener[] = listening.map((grant) => ({
@@ -314,18 +321,14 @@ export async function startEdge(
   }));
   const overlap = checkListeners(actual);
   if (overlap.length > 0) {
-    await Promise.all(listening.map((grant) => closeListener(grant)));
-    stopWatching();
-    stopRuntime();
+    await abandon();
     throw new BootError(overlap.map((p) => p.message));
   }
   if (worker) {
     try {
       await worker.armGate(actual);
     } catch (error) {
-      await Promise.all(listening.map((grant) => closeListener(grant)));
-      stopWatching();
-      stopRuntime();
+      await abandon();
       throw error instanceof BootError ? error : new BootError([(error as Error).message]);
     }
   }
