@@ -100,13 +100,13 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           policyFacts(services),
           {
             metrics: services.observer.metrics,
-            labelled: services.observer.label("probe.invalid") !== "-",
+            labelled: services.observer.labelled,
             generation: services.config.current.number,
             rejectedPending: services.config.lastRejected !== undefined &&
               !services.config.rejectionSuperseded,
             // Without a salt, certificates are told apart by position, never by name.
             certificates: (services.tls?.status().certificates ?? []).map((c, i) => ({
-              label: services.observer.label("probe.invalid") === "-"
+              label: !services.observer.labelled
                 ? String(i + 1)
                 : services.observer.label(c.names[0]),
               notAfter: Date.parse(c.not_after),

@@ -108,6 +108,11 @@ export class Observer {
     return host && this.#labels ? this.#labels.label(host) : "-";
   }
 
+  /** True when tenants are labelled (a salt is configured and readable). */
+  get labelled(): boolean {
+    return this.#labels !== undefined;
+  }
+
   /** Starts observing a request. */
   begin(fields: ConstructorParameters<typeof RequestRecord>[1]): RequestRecord {
     return new RequestRecord(this.tracing, fields);
@@ -133,7 +138,7 @@ export class Observer {
   finish(record: RequestRecord): void {
     if (!record.claim()) return;
     const totalMs = performance.now() - record.started;
-    const tenant = record.tenantHost && this.#labels ? this.label(record.tenantHost) : undefined;
+    const tenant = record.tenantHost && this.labelled ? this.label(record.tenantHost) : undefined;
     this.metrics.record(
       record.lane,
       tenant,
