@@ -15,10 +15,12 @@
 import http from "node:http";
 import net from "node:net";
 import {
+  download,
   freePort,
   has,
   median,
   nginxUpstreamConfig,
+  peakRss,
   ROOT,
   rssOf,
   spawnReady,
@@ -482,24 +484,13 @@ async function memory(dir: string, upstream: string, children: Deno.ChildProcess
       } |`,
     );
     await new Promise((resolve) => setTimeout(resolve, 1000));
-    const start = await rssOf(pid);
-    let peak = start;
-    let sampling = true;
-    const sampler = (async () => {
-      while (sampling) {
-        peak = Math.max(peak, await rssOf(pid));
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    })();
-    const started = performance.now();
-    const bytes = await download(port);
-    const seconds = (performance.now() - started) / 1000;
-    sampling = false;
-    await sampler;
+    const run = await peakRss(pid, () => download(port));
     console.log(
-      `| 1 GiB download streamed (${(bytes / 1e6 / seconds).toFixed(0)} MB/s) | ${label} | ${
-        mb(start)
-      } | ${mb(peak)} (peak) | ${mb(peak - start)} |`,
+      `| 1 GiB download streamed (${
+        (run.value / 1e6 / run.seconds).toFixed(0)
+      } MB/s) | ${label} | ${mb(run.before)} | ${mb(run.peak)} (peak) | ${
+        mb(run.peak - run.before)
+      } |`,
     );
   }
 }
@@ -520,20 +511,6 @@ async function openIdle(port: number, count: number): Promise<net.Socket[]> {
     await Promise.all(Array.from({ length: Math.min(100, count - i) }, one));
   }
   return sockets;
-}
-
-function download(port: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    http.get(
-      { host: "127.0.0.1", port, path: "/huge", headers: { host: "bench.test" } },
-      (response) => {
-        let total = 0;
-        response.on("data", (chunk: Uint8Array) => total += chunk.byteLength);
-        response.on("end", () => resolve(total));
-        response.on("error", reject);
-      },
-    ).on("error", reject);
-  });
 }
 
 await main();

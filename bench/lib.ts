@@ -4,6 +4,7 @@
  *
  * @module
  */
+import http from "node:http";
 import { stringify } from "yaml";
 
 /** The repository root. */
@@ -221,4 +222,54 @@ http {
   }
 }
 `;
+}
+
+/**
+ * Runs `work` while sampling `pid`'s RSS every 50 ms.
+ *
+ * @returns what `work` returned, its seconds, and the RSS before and at its peak (bytes)
+ */
+export async function peakRss<T>(
+  pid: number,
+  work: () => Promise<T>,
+): Promise<{ value: T; seconds: number; before: number; peak: number }> {
+  const before = await rssOf(pid);
+  let peak = before;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      peak = Math.max(peak, await rssOf(pid));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  })();
+  const started = performance.now();
+  try {
+    const value = await work();
+    return { value, seconds: (performance.now() - started) / 1000, before, peak };
+  } finally {
+    sampling = false;
+    await sampler;
+  }
+}
+
+/** GETs the 1 GiB file through a gateway (`Host: bench.test`), discarding it; returns the bytes. */
+export function download(port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const request = http.get({
+      host: "127.0.0.1",
+      port,
+      path: "/huge",
+      headers: { host: "bench.test" },
+    }, (response) => {
+      let total = 0;
+      response.on("data", (chunk: Uint8Array) => total += chunk.byteLength);
+      response.on(
+        "end",
+        () =>
+          total === 1024 ** 3 ? resolve(total) : reject(new Error(`download got ${total} bytes`)),
+      );
+      response.on("error", reject);
+    });
+    request.on("error", reject);
+  });
 }

@@ -14,12 +14,13 @@
 import http from "node:http";
 import {
   cpuSecondsOf,
+  download,
   freePort,
   has,
   median,
   nginxUpstreamConfig,
+  peakRss,
   ROOT,
-  rssOf,
   spawnReady,
   stopAll,
   writeGateway,
@@ -257,24 +258,12 @@ async function table(
 /** Streams 1 GiB down and 1 GiB up through a gateway, sampling its RSS every 50 ms. */
 async function streaming(label: string, pid: number, port: number) {
   for (const direction of ["download", "upload"] as const) {
-    const before = await rssOf(pid);
-    let peak = before;
-    let sampling = true;
-    const sampler = (async () => {
-      while (sampling) {
-        peak = Math.max(peak, await rssOf(pid));
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    })();
-    const started = performance.now();
-    const bytes = direction === "download" ? await download(port) : await upload(port);
-    const seconds = (performance.now() - started) / 1000;
-    sampling = false;
-    await sampler;
+    const run = await peakRss(pid, () => direction === "download" ? download(port) : upload(port));
+    const { before, peak, seconds } = run;
     const mb = (n: number) => (n / 1024 / 1024).toFixed(1);
     console.log(
       `| ${label} | ${direction} | ${seconds.toFixed(1)} | ${
-        (bytes / 1e6 / seconds).toFixed(0)
+        (run.value / 1e6 / seconds).toFixed(0)
       } | ` +
         `${mb(before)} | ${mb(peak)} | ${mb(peak - before)} |`,
     );
@@ -295,28 +284,6 @@ async function startSink(): Promise<{ port: number; close(): void }> {
   await new Promise<void>((resolve) => server.listen({ host: "127.0.0.1", port: 0 }, resolve));
   const port = (server.address() as { port: number }).port;
   return { port, close: () => server.close() };
-}
-
-/** GETs the 1 GiB file through the gateway, discarding it; returns the bytes received. */
-function download(port: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const request = http.get({
-      host: "127.0.0.1",
-      port,
-      path: "/huge",
-      headers: { host: "bench.test" },
-    }, (response) => {
-      let total = 0;
-      response.on("data", (chunk: Uint8Array) => total += chunk.byteLength);
-      response.on(
-        "end",
-        () =>
-          total === 1024 ** 3 ? resolve(total) : reject(new Error(`download got ${total} bytes`)),
-      );
-      response.on("error", reject);
-    });
-    request.on("error", reject);
-  });
 }
 
 /** POSTs 1 GiB through the gateway to the bench's sink; returns the bytes sent. */
