@@ -7,8 +7,9 @@
  * @module
  */
 import assert from "node:assert/strict";
+import { site, withTlsEdge } from "./fixtures/tls_edge.ts";
 import { ConfigError } from "../src/config/problems.ts";
-import { certEntry, TestPki, tlsTest } from "./fixtures/certs.ts";
+import { tlsTest } from "./fixtures/certs.ts";
 import { freePorts } from "./fixtures/gateway.ts";
 import { exchange, parseResponses, request } from "./fixtures/http_client.ts";
 import {
@@ -17,18 +18,12 @@ import {
   type ConfigObject,
   envelope,
   type TestEdge,
-  withEdge,
 } from "./fixtures/in_process.ts";
 
 const TOKEN = "Xk3_q-9ZpLr2";
 const KEY_AUTHORIZATION = `${TOKEN}.thumbprint-of-the-account-key`;
 const SECRET = "secret outside the challenge folder";
 const CHALLENGE = "/.well-known/acme-challenge/";
-
-const site = (host: string) => ({
-  host,
-  routes: [{ match: { path: "/" }, respond: { body: `tenant ${host}` } }],
-});
 
 /**
  * An edge with TLS on the public lane and the ACME companion on its own port; the challenge
@@ -38,32 +33,24 @@ async function withAcme(
   otherwise: "404" | "redirect",
   body: (t: TestEdge, acmePort: number) => Promise<void>,
 ): Promise<void> {
-  const pki = await TestPki.create();
   const [acmePort] = freePorts(1);
-  try {
-    const a = await pki.issue("a.test");
-    await withEdge({
-      lanes: ["public", "local_health"],
-      tenants: [site("a.test")],
-      edit(config) {
-        config.lanes.public.tls = { certificates: [certEntry(a, true)] };
-        config.lanes.public.acme_http = {
-          hostname: "127.0.0.1",
-          port: acmePort,
-          challenge_dir: "acme",
-          otherwise,
-        };
-      },
-    }, async (t) => {
-      await Deno.mkdir(`${t.dir.dir}/acme/sub`, { recursive: true });
-      await Deno.writeTextFile(`${t.dir.dir}/acme/${TOKEN}`, KEY_AUTHORIZATION);
-      await Deno.writeTextFile(`${t.dir.dir}/acme/sub/${TOKEN}`, SECRET);
-      await Deno.writeTextFile(`${t.dir.dir}/secret.txt`, SECRET);
-      await body(t, acmePort);
-    });
-  } finally {
-    await pki.dispose();
-  }
+  await withTlsEdge({
+    names: ["a.test"],
+    edit(config) {
+      config.lanes.public.acme_http = {
+        hostname: "127.0.0.1",
+        port: acmePort,
+        challenge_dir: "acme",
+        otherwise,
+      };
+    },
+  }, async (t) => {
+    await Deno.mkdir(`${t.dir.dir}/acme/sub`, { recursive: true });
+    await Deno.writeTextFile(`${t.dir.dir}/acme/${TOKEN}`, KEY_AUTHORIZATION);
+    await Deno.writeTextFile(`${t.dir.dir}/acme/sub/${TOKEN}`, SECRET);
+    await Deno.writeTextFile(`${t.dir.dir}/secret.txt`, SECRET);
+    await body(t, acmePort);
+  });
 }
 
 tlsTest(

@@ -7,48 +7,29 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { certEntry, h2Request, handshake, TestPki, TlsClient, tlsTest } from "./fixtures/certs.ts";
+import { withTlsEdge } from "./fixtures/tls_edge.ts";
+import { h2Request, handshake, TlsClient, tlsTest } from "./fixtures/certs.ts";
 import { json } from "./fixtures/http_client.ts";
 import {
   balancedLedger,
   type ConfigObject,
   envelope,
   type TestEdge,
-  withEdge,
 } from "./fixtures/in_process.ts";
 
-const site = (host: string) => ({
-  host,
-  routes: [{ match: { path: "/" }, respond: { body: `tenant ${host}` } }],
-});
-
 /** An edge terminating TLS for a.test (default) and b.test, h2 on; `tls` is merged over that. */
-async function withTlsEdge(
+function withH2Edge(
   tls: ConfigObject,
   body: (t: TestEdge, ca: string[]) => Promise<void>,
 ): Promise<void> {
-  const pki = await TestPki.create();
-  try {
-    const a = await pki.issue("a.test");
-    const b = await pki.issue("b.test");
-    await withEdge({
-      lanes: ["public", "local_health"],
-      tenants: [site("a.test"), site("b.test")],
-      edit(config) {
-        config.lanes.public.tls = {
-          certificates: [certEntry(a, true), certEntry(b)],
-          http2: true,
-          ...tls,
-        };
-      },
-    }, (t) => body(t, [pki.ca.certPem]));
-  } finally {
-    await pki.dispose();
-  }
+  return withTlsEdge(
+    { names: ["a.test", "b.test"], tls: { http2: true, ...tls } },
+    (t, pki) => body(t, [pki.ca.certPem]),
+  );
 }
 
 tlsTest("tls alpn: h2 is negotiated and serves the SNI's tenant over HTTP/2", async () => {
-  await withTlsEdge({}, async (t, ca) => {
+  await withH2Edge({}, async (t, ca) => {
     const response = await h2Request(t.ports.public, {
       servername: "a.test",
       authority: "a.test",
@@ -67,7 +48,7 @@ tlsTest("tls alpn: h2 is negotiated and serves the SNI's tenant over HTTP/2", as
 tlsTest(
   "tls alpn: http/1.1 (offered, or no ALPN at all) serves HTTP/1.1 on the same port",
   async () => {
-    await withTlsEdge({}, async (t, ca) => {
+    await withH2Edge({}, async (t, ca) => {
       for (const alpn of [["http/1.1"], undefined]) {
         const client = await TlsClient.open(t.ports.public, { servername: "b.test", ca, alpn });
         try {
@@ -86,7 +67,7 @@ tlsTest(
 );
 
 tlsTest("tls alpn: with http2 on, a client offering h2 and http/1.1 gets h2", async () => {
-  await withTlsEdge({}, async (t, ca) => {
+  await withH2Edge({}, async (t, ca) => {
     const served = await handshake(t.ports.public, {
       servername: "a.test",
       ca,
@@ -97,7 +78,7 @@ tlsTest("tls alpn: with http2 on, a client offering h2 and http/1.1 gets h2", as
 });
 
 tlsTest("tls alpn: http2 false offers http/1.1 only; an h2-only client never gets h2", async () => {
-  await withTlsEdge({ http2: false }, async (t, ca) => {
+  await withH2Edge({ http2: false }, async (t, ca) => {
     const both = await handshake(t.ports.public, {
       servername: "a.test",
       ca,
@@ -122,7 +103,7 @@ tlsTest("tls alpn: http2 false offers http/1.1 only; an h2-only client never get
 });
 
 tlsTest("tls sni/host: HTTP/1.1 with Host naming another tenant than the SNI is 421", async () => {
-  await withTlsEdge({}, async (t, ca) => {
+  await withH2Edge({}, async (t, ca) => {
     const client = await TlsClient.open(t.ports.public, { servername: "a.test", ca });
     try {
       const other = await client.request({ headers: [["Host", "b.test"]] });
@@ -145,7 +126,7 @@ tlsTest("tls sni/host: HTTP/1.1 with Host naming another tenant than the SNI is 
 tlsTest(
   "tls sni/host: HTTP/2 with :authority naming another tenant than the SNI is 421",
   async () => {
-    await withTlsEdge({}, async (t, ca) => {
+    await withH2Edge({}, async (t, ca) => {
       const other = await h2Request(t.ports.public, {
         servername: "a.test",
         authority: "b.test",
@@ -171,7 +152,7 @@ tlsTest(
 tlsTest(
   "tls sni/host: a client without SNI is served by Host alone (nothing to disagree with)",
   async () => {
-    await withTlsEdge({}, async (t, ca) => {
+    await withH2Edge({}, async (t, ca) => {
       const client = await TlsClient.open(t.ports.public, { ca, insecure: true });
       try {
         assert.equal(client.served.subject, "a.test", "the default certificate");

@@ -8,6 +8,7 @@
  * @module
  */
 import assert from "node:assert/strict";
+import { site } from "./fixtures/tls_edge.ts";
 import {
   certEntry,
   fingerprintOf,
@@ -21,11 +22,6 @@ import { json, request } from "./fixtures/http_client.ts";
 import { type ConfigObject, type TestEdge, waitFor, withEdge } from "./fixtures/in_process.ts";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
-
-const site = (host: string) => ({
-  host,
-  routes: [{ match: { path: "/" }, respond: { body: `tenant ${host}` } }],
-});
 
 interface TlsHealth {
   bootstrap: boolean;

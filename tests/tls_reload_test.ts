@@ -7,6 +7,7 @@
  * @module
  */
 import assert from "node:assert/strict";
+import { site, withTlsEdge } from "./fixtures/tls_edge.ts";
 import {
   certEntry,
   fingerprintOf,
@@ -18,11 +19,6 @@ import {
 } from "./fixtures/certs.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { type TestEdge, waitFor, withEdge } from "./fixtures/in_process.ts";
-
-const site = (host: string) => ({
-  host,
-  routes: [{ match: { path: "/" }, respond: { body: `tenant ${host}` } }],
-});
 
 interface ReloadAnswer {
   reloaded: boolean;
@@ -42,24 +38,14 @@ async function reload(t: TestEdge): Promise<ReloadAnswer> {
 }
 
 /** An edge with a.test (default) and b.test, watch off: reloads happen when the test asks. */
-async function withCerts(
+function withCerts(
   body: (t: TestEdge, pki: TestPki, a: IssuedCertificate, b: IssuedCertificate) => Promise<void>,
   watch = false,
 ): Promise<void> {
-  const pki = await TestPki.create();
-  try {
-    const a = await pki.issue("a.test");
-    const b = await pki.issue("b.test");
-    await withEdge({
-      lanes: ["public", "local_health"],
-      tenants: [site("a.test"), site("b.test")],
-      edit(config) {
-        config.lanes.public.tls = { certificates: [certEntry(a, true), certEntry(b)], watch };
-      },
-    }, (t) => body(t, pki, a, b));
-  } finally {
-    await pki.dispose();
-  }
+  return withTlsEdge(
+    { names: ["a.test", "b.test"], tls: { watch } },
+    (t, pki, [a, b]) => body(t, pki, a, b),
+  );
 }
 
 const servedFingerprint = async (t: TestEdge, pki: TestPki, servername: string) =>

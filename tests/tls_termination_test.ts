@@ -6,19 +6,9 @@
  * @module
  */
 import assert from "node:assert/strict";
-import {
-  certEntry,
-  handshake,
-  type IssuedCertificate,
-  TestPki,
-  tlsTest,
-} from "./fixtures/certs.ts";
-import { type ConfigObject, type TestEdge, waitFor, withEdge } from "./fixtures/in_process.ts";
-
-const site = (host: string) => ({
-  host,
-  routes: [{ match: { path: "/" }, respond: { body: `tenant ${host}` } }],
-});
+import { withTlsEdge } from "./fixtures/tls_edge.ts";
+import { handshake, type IssuedCertificate, type TestPki, tlsTest } from "./fixtures/certs.ts";
+import { type ConfigObject, type TestEdge, waitFor } from "./fixtures/in_process.ts";
 
 interface Certs {
   readonly a: IssuedCertificate;
@@ -30,40 +20,21 @@ interface Certs {
  * Boots an edge whose public lane terminates TLS with certificates for a.test (the default unless
  * `noDefault`), b.test and *.wild.test, then runs `body` with the CA.
  */
-async function withTlsEdge(
+function withThreeCerts(
   options: { noDefault?: boolean; tls?: ConfigObject },
   body: (t: TestEdge, pki: TestPki, certs: Certs) => Promise<void>,
 ): Promise<void> {
-  const pki = await TestPki.create();
-  try {
-    const certs: Certs = {
-      a: await pki.issue("a.test"),
-      b: await pki.issue("b.test"),
-      wild: await pki.issue("*.wild.test", { file: "wild" }),
-    };
-    await withEdge({
-      lanes: ["public", "local_health"],
-      tenants: [site("a.test"), site("b.test"), site("x.wild.test")],
-      edit(config) {
-        config.lanes.public.tls = {
-          certificates: [
-            certEntry(certs.a, !options.noDefault),
-            certEntry(certs.b),
-            certEntry(certs.wild),
-          ],
-          ...options.tls,
-        };
-      },
-    }, (t) => body(t, pki, certs));
-  } finally {
-    await pki.dispose();
-  }
+  return withTlsEdge({
+    names: ["a.test", "b.test", "*.wild.test"],
+    tenants: ["a.test", "b.test", "x.wild.test"],
+    ...options,
+  }, (t, pki, [a, b, wild]) => body(t, pki, { a, b, wild }));
 }
 
 tlsTest(
   "tls: two tenants on one port each get their own certificate, verified by the CA",
   async () => {
-    await withTlsEdge({}, async (t, pki, certs) => {
+    await withThreeCerts({}, async (t, pki, certs) => {
       const ca = [pki.ca.certPem];
       const a = await handshake(t.ports.public, { servername: "a.test", ca });
       assert.equal(a.subject, "a.test");
@@ -80,7 +51,7 @@ tlsTest(
 );
 
 tlsTest("tls: a wildcard certificate serves a name one label under it, not deeper", async () => {
-  await withTlsEdge({ noDefault: true }, async (t, pki) => {
+  await withThreeCerts({ noDefault: true }, async (t, pki) => {
     const ca = [pki.ca.certPem];
     const served = await handshake(t.ports.public, { servername: "x.wild.test", ca });
     assert.equal(served.subject, "*.wild.test");
@@ -99,7 +70,7 @@ tlsTest("tls: a wildcard certificate serves a name one label under it, not deepe
 tlsTest(
   "tls: an unknown SNI name and a client without SNI get the default certificate",
   async () => {
-    await withTlsEdge({}, async (t, pki) => {
+    await withThreeCerts({}, async (t, pki) => {
       const unknown = await handshake(t.ports.public, {
         servername: "nobody.test",
         ca: [pki.ca.certPem],
@@ -120,7 +91,7 @@ tlsTest(
 tlsTest(
   "tls: an unknown SNI name with no default certificate is refused at the handshake",
   async () => {
-    await withTlsEdge({ noDefault: true }, async (t, pki) => {
+    await withThreeCerts({ noDefault: true }, async (t, pki) => {
       const ca = [pki.ca.certPem];
       await assert.rejects(
         handshake(t.ports.public, { servername: "nobody.test", ca, insecure: true }),
@@ -144,7 +115,7 @@ tlsTest(
 );
 
 tlsTest("tls: min_version TLSv1.3 refuses a TLS 1.2-only client and serves a 1.3 one", async () => {
-  await withTlsEdge({ tls: { min_version: "TLSv1.3" } }, async (t, pki) => {
+  await withThreeCerts({ tls: { min_version: "TLSv1.3" } }, async (t, pki) => {
     const ca = [pki.ca.certPem];
     await assert.rejects(
       handshake(t.ports.public, { servername: "a.test", ca, maxVersion: "TLSv1.2" }),
@@ -155,7 +126,7 @@ tlsTest("tls: min_version TLSv1.3 refuses a TLS 1.2-only client and serves a 1.3
 });
 
 tlsTest("tls: the default min_version TLSv1.2 still serves a TLS 1.2-only client", async () => {
-  await withTlsEdge({}, async (t, pki) => {
+  await withThreeCerts({}, async (t, pki) => {
     const old = await handshake(t.ports.public, {
       servername: "b.test",
       ca: [pki.ca.certPem],

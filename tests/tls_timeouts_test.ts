@@ -6,42 +6,22 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { certEntry, TestPki, TlsClient, tlsTest } from "./fixtures/certs.ts";
+import { withTlsEdge } from "./fixtures/tls_edge.ts";
+import { TlsClient, tlsTest } from "./fixtures/certs.ts";
 import { parseResponses } from "./fixtures/http_client.ts";
-import {
-  balancedLedger,
-  envelope,
-  type TestEdge,
-  waitFor,
-  withEdge,
-  within,
-} from "./fixtures/in_process.ts";
+import { balancedLedger, envelope, type TestEdge, waitFor, within } from "./fixtures/in_process.ts";
 
-const site = (host: string) => ({
-  host,
-  routes: [{ match: { path: "/" }, respond: { body: `tenant ${host}` } }],
-});
-
-/** An edge terminating TLS for a.test with `header_ms` 1000 and the given idle timeout. */
-async function withTlsEdge(
+/** An edge terminating TLS for a.test with a 1 s head timeout and `idleMs` of idle time. */
+function withIdleEdge(
   idleMs: number,
   body: (t: TestEdge, ca: string[]) => Promise<void>,
   http2 = true,
 ): Promise<void> {
-  const pki = await TestPki.create();
-  try {
-    const a = await pki.issue("a.test");
-    await withEdge({
-      lanes: ["public", "local_health"],
-      tenants: [site("a.test")],
-      edit(config) {
-        config.timeouts = { header_ms: 1000, idle_ms: idleMs };
-        config.lanes.public.tls = { certificates: [certEntry(a, true)], http2 };
-      },
-    }, (t) => body(t, [pki.ca.certPem]));
-  } finally {
-    await pki.dispose();
-  }
+  return withTlsEdge({
+    names: ["a.test"],
+    tls: { http2 },
+    edit: (config) => config.timeouts = { header_ms: 1000, idle_ms: idleMs },
+  }, (t, pki) => body(t, [pki.ca.certPem]));
 }
 
 /** Reads from a raw TCP connection until the server closes it; resolves the bytes read. */
@@ -64,7 +44,7 @@ for (const http2 of [true, false]) {
   tlsTest(
     `tls timeouts: a slow HTTP/1.1 head is answered 408 and closed (http2: ${http2})`,
     () =>
-      withTlsEdge(30_000, async (t, ca) => {
+      withIdleEdge(30_000, async (t, ca) => {
         const client = await TlsClient.open(t.ports.public, { servername: "a.test", ca });
         try {
           const started = Date.now();
@@ -91,7 +71,7 @@ for (const http2 of [true, false]) {
 }
 
 tlsTest("tls timeouts: a TCP connection that never starts its handshake is closed", async () => {
-  await withTlsEdge(30_000, async (t) => {
+  await withIdleEdge(30_000, async (t) => {
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: t.ports.public });
     try {
       const started = Date.now();
@@ -110,7 +90,7 @@ tlsTest("tls timeouts: a TCP connection that never starts its handshake is close
 tlsTest(
   "tls timeouts: a handshake that stops half-way through its ClientHello is closed",
   async () => {
-    await withTlsEdge(30_000, async (t) => {
+    await withIdleEdge(30_000, async (t) => {
       const conn = await Deno.connect({ hostname: "127.0.0.1", port: t.ports.public });
       try {
         // A handshake record header promising 512 bytes, and 4 of them.
@@ -129,7 +109,7 @@ for (const http2 of [true, false]) {
   tlsTest(
     `tls keep-alive: requests share one TLS connection until it idles out (http2: ${http2})`,
     () =>
-      withTlsEdge(300, async (t, ca) => {
+      withIdleEdge(300, async (t, ca) => {
         const client = await TlsClient.open(t.ports.public, { servername: "a.test", ca });
         try {
           for (let i = 0; i < 3; i++) {
