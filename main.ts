@@ -24,7 +24,7 @@ import { LANES } from "./lanes/mod.ts";
 import { auditPermissions } from "./src/boot/audit.ts";
 import { formatFlags, requiredGrants } from "./src/boot/flags.ts";
 import { summarizePlan } from "./src/cli/summary.ts";
-import { resolveConfig } from "./src/config/load.ts";
+import { resolveConfig, runsWorkers } from "./src/config/load.ts";
 import { readYaml } from "./src/config/yaml_file.ts";
 import { isHubFile, resolveHubConfig } from "./src/hub/config.ts";
 import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
@@ -126,7 +126,9 @@ async function run(verb: string, file: string): Promise<number> {
     `portcullis: ready: node ${config.nodeId}, ` +
       `${new Set(plan.lanes.map((l) => l.table.descriptor.name)).size} lanes, ` +
       `${plan.tenants.tenants.length} tenants` +
-      (config.workers > 1 ? `, ${config.workers} public request workers` : ""),
+      (runsWorkers(config)
+        ? `, ${config.workers} public request worker${config.workers === 1 ? "" : "s"}`
+        : ", one isolate"),
   );
   await edge.finished;
   Deno.removeSignalListener("SIGTERM", onSignal);

@@ -20,8 +20,8 @@ Deno.test("proof 4: routes outside a protected lane's allowlist are denied, neve
       { path: "/metrics" },
       { path: "/healthz", method: "POST", body: "x" },
       { path: "/healthz/" },
-      { path: "/%68ealthz" },
-      { path: "/healthz/../v1/ledger" },
+      { path: "/healthz/../v1/ledger" }, // canonical: /v1/ledger, not this lane's
+      { path: "//v1/%6cedger" },
     ];
     for (const spec of providerProbes) {
       const response = await request(providerPort, spec);
@@ -41,6 +41,13 @@ Deno.test("proof 4: routes outside a protected lane's allowlist are denied, neve
       const response = await request(localPort, spec);
       assert.equal(response.status, 404, `${spec.method ?? "GET"} ${spec.path}`);
       assert.equal(JSON.parse(response.body).error.code, "route_not_allowed");
+    }
+
+    // The allowlist matches the canonical path: another spelling of /healthz is /healthz.
+    for (const path of ["/%68ealthz", "//healthz", "/x/../healthz"]) {
+      const response = await request(providerPort, { path });
+      assert.equal(response.status, 200, path);
+      assert.equal(response.body, "ok\n", path);
     }
 
     const reading = await gateway.ledger();

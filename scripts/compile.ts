@@ -72,7 +72,8 @@ export async function deriveFlags(file: string): Promise<DerivedFlags> {
   return {
     role: "edge",
     nodeId: edge.nodeId,
-    flags: formatFlags(requiredGrants(edge)),
+    // The binary embeds the request worker's modules: no read grant for the checkout's code.
+    flags: formatFlags(requiredGrants(edge, { embeddedCode: true })),
     drainMs: edge.drainMs,
   };
 }

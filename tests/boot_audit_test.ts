@@ -44,7 +44,9 @@ function fakeQuery(held: Held): PermissionQuery {
 const EXAMPLE = new URL("../deploy/example/config.yaml", import.meta.url).pathname;
 const GRANTS: readonly Grant[] = requiredGrants(await loadConfig(EXAMPLE));
 const NET = ["127.0.0.1:8080", "127.0.0.1:9901", "127.0.0.1:9902"];
-const READ = [EXAMPLE, EXAMPLE.replace(/config\.yaml$/, "tenants")];
+/** The example runs its public lane in a request worker, whose code is read from the checkout. */
+const CODE = GRANTS.filter((g) => g.purpose === "request worker code").map((g) => g.value);
+const READ = [EXAMPLE, EXAMPLE.replace(/config\.yaml$/, "tenants"), ...CODE];
 /** Exactly the grants the example config needs. */
 const EXACT: Held = { net: NET, read: READ };
 
@@ -147,6 +149,7 @@ Deno.test("auditPermissions() names each missing grant with its purpose", () => 
     'Missing --allow-net=127.0.0.1:9901 (needed by the lane "local_health" listener)',
     'Missing --allow-net=127.0.0.1:9902 (needed by the lane "provider_health" listener)',
     `Missing --allow-read=${EXAMPLE} (needed by the config file)`,
+    ...CODE.map((folder) => `Missing --allow-read=${folder} (needed by the request worker code)`),
   ]);
 });
 

@@ -20,7 +20,7 @@ import { type ListenerAddress, loadConfig } from "../src/config/load.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const EXAMPLE_FLAGS = "--allow-net=127.0.0.1:8080,127.0.0.1:9901,127.0.0.1:9902 " +
-  "--allow-read=deploy/example/config.yaml,deploy/example/tenants " +
+  "--allow-read=deploy/example/config.yaml,deploy/example/tenants,src,lanes " +
   "--ignore-env=LOG_STREAM,LOG_TOKENS";
 
 const tcp = (hostname: string, port: number): ListenerAddress => ({ kind: "tcp", hostname, port });
@@ -185,6 +185,9 @@ Deno.test("formatFlags(requiredGrants()) prints the example config's exact flags
       ["net", "127.0.0.1:9902", 'lane "provider_health" listener'],
       ["read", "deploy/example/config.yaml", "config file"],
       ["read", "deploy/example/tenants", "tenants folder"],
+      // The public lane runs in a request worker, whose modules load from the checkout.
+      ["read", "src", "request worker code"],
+      ["read", "lanes", "request worker code"],
       ["ignore-env", "LOG_STREAM", "yaml parser debug switch"],
       ["ignore-env", "LOG_TOKENS", "yaml parser debug switch"],
     ]);
@@ -212,10 +215,12 @@ Deno.test("requiredGrants() adds unix:<path> net plus read and write for a socke
     ["read", sock, 'lane "local_health" listener'],
     ["write", sock, 'lane "local_health" listener'],
   ]);
+  const code = grants.filter((g) => g.purpose === "request worker code").map((g) => g.value);
+  assert.equal(code.length, 2, "a protected lane: the public lane runs in a worker");
   assert.equal(
     formatFlags(grants),
-    `--allow-net=[::1]:8443,unix:${sock} --allow-read=${sock},${file},${join(dir, "tenants")} ` +
-      `--allow-write=${sock} --ignore-env=LOG_STREAM,LOG_TOKENS`,
+    `--allow-net=[::1]:8443,unix:${sock} --allow-read=${sock},${file},${join(dir, "tenants")},` +
+      `${code.join(",")} --allow-write=${sock} --ignore-env=LOG_STREAM,LOG_TOKENS`,
   );
 });
 

@@ -157,8 +157,9 @@ Deno.test("cli flags: prints exactly one line with the grants the config needs",
     assert.equal(
       result.stdout,
       `--allow-net=127.0.0.1:${ports.public},127.0.0.1:${ports.local_health},` +
-        `127.0.0.1:${ports.provider_health} --allow-read=${dir.config},${dir.dir}/tenants ` +
-        "--ignore-env=LOG_STREAM,LOG_TOKENS\n",
+        `127.0.0.1:${ports.provider_health} --allow-read=${dir.config},${dir.dir}/tenants,` +
+        // The public lane's request worker loads its code from the checkout (run from its root).
+        "src,lanes --ignore-env=LOG_STREAM,LOG_TOKENS\n",
     );
   } finally {
     await Deno.remove(dir.dir, { recursive: true });

@@ -48,7 +48,18 @@ Deno.test("loadConfig() resolves unix socket paths against the config folder", a
 
 Deno.test("loadConfig() applies defaults for timeouts, limits and drain", async () => {
   const config = await loadConfig(await writeConfigText(MINIMAL));
-  assert.deepEqual(config.timeouts, { headerMs: 10_000, idleMs: 30_000, requestMs: 300_000 });
+  assert.deepEqual(config.timeouts, {
+    headerMs: 10_000,
+    idleMs: 30_000,
+    requestMs: 300_000,
+    sendMs: 30_000,
+    minSendRate: 1024,
+    tunnelIdleMs: undefined,
+  });
+  assert.deepEqual(config.paths, { mergeSlashes: true, escapedSlashes: "reject" });
+  assert.deepEqual(config.forwarding.via, "portcullis");
+  assert.equal(config.forwarding.clientIpHeaders.length, 10);
+  assert.equal(config.sharedEventLoop, false);
   assert.deepEqual(config.limits, { headerBytes: 16_384, headers: 100, targetBytes: 8192 });
   assert.equal(config.drainMs, 30_000);
   assert.deepEqual(config.ledger.lanes, {});
@@ -62,7 +73,14 @@ Deno.test("loadConfig() fills the unset fields of a partly given section", async
       `${MINIMAL}timeouts: { idle_ms: 500 }\nlimits: { headers: 20 }\ndrain: {}\n`,
     ),
   );
-  assert.deepEqual(config.timeouts, { headerMs: 10_000, idleMs: 500, requestMs: 300_000 });
+  assert.deepEqual(config.timeouts, {
+    headerMs: 10_000,
+    idleMs: 500,
+    requestMs: 300_000,
+    sendMs: 30_000,
+    minSendRate: 1024,
+    tunnelIdleMs: undefined,
+  });
   assert.deepEqual(config.limits, { headerBytes: 16_384, headers: 20, targetBytes: 8192 });
   assert.equal(config.drainMs, 30_000);
 });

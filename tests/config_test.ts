@@ -255,3 +255,35 @@ Deno.test("loadConfig() refuses a zero footprint as an error, never unbounded", 
     value: 0,
   }]);
 });
+
+Deno.test("loadConfig() folds client_ip_headers as hygiene does: lower case, _ as -", async () => {
+  const config = await loadConfig(
+    await writeConfigText(
+      `${MINIMAL}forwarding: { client_ip_headers: [X_Custom_IP, CF-Ray-IP] }\n`,
+    ),
+  );
+  assert.deepEqual(config.forwarding.clientIpHeaders, ["x-custom-ip", "cf-ray-ip"]);
+});
+
+Deno.test("loadConfig() refuses a client_ip_headers name the gateway writes itself", async () => {
+  const names = ["X-Portcullis-Tenant", "x_forwarded_for", "X-Real-IP", "Host", "via", "TE"];
+  const { error } = await problemsOf(
+    `${MINIMAL}forwarding: { client_ip_headers: [${names.join(", ")}, X-Client-IP] }\n`,
+  );
+  assert.deepEqual(
+    error.problems.map((p) => [p.path.join("."), p.value]),
+    names.map((name, i) => [`forwarding.client_ip_headers.${i}`, name]),
+  );
+  assert.match(error.problems[0].message, /writes or removes this header itself/);
+});
+
+Deno.test("loadConfig() refuses a Via pseudonym that is not a token, and bad path rules", async () => {
+  const { error } = await problemsOf(
+    `${MINIMAL}forwarding: { via: "edge 7" }\npaths: { escaped_slashes: unescape, merge_slashes: 1 }\n`,
+  );
+  assert.deepEqual(error.problems.map((p) => p.path.join(".")).sort(), [
+    "forwarding.via",
+    "paths.escaped_slashes",
+    "paths.merge_slashes",
+  ]);
+});

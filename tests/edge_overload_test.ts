@@ -25,7 +25,7 @@ import {
 const HOME: [string, string][] = [["Host", "demo.test"]];
 const encoder = new TextEncoder();
 
-Deno.test("per_connection 1: a pipelined second request on one connection is a 429", async () => {
+Deno.test("per_connection 1: a pipelined second request waits for the first, then is served", async () => {
   const setup = { edit: (config: ConfigObject) => config.ledger.per_connection = 1 };
   await withEdge(setup, async (t) => {
     const text = await exchange(
@@ -36,15 +36,12 @@ Deno.test("per_connection 1: a pipelined second request on one connection is a 4
     const [first, second] = parseResponses(text);
     assert.equal(first.status, 200);
     assert.equal(first.body, "tenant-home");
-    assert.equal(second.status, 429);
-    assert.deepEqual(envelope(second), {
-      code: "per_connection_limit",
-      message: "Too many concurrent requests on this connection",
-      request_id: "second",
-    });
+    assert.equal(second.status, 200);
+    assert.equal(second.headers["x-request-id"], "second");
     const ledger = await balancedLedger(t);
-    assert.equal(ledger.lanes.public.overload.per_connection_limit, 1);
-    assert.equal(ledger.lanes.public.admitted, 1, "the refused request was never admitted");
+    assert.equal(ledger.lanes.public.overload.per_connection_limit, 0);
+    assert.equal(ledger.lanes.public.admitted, 2, "one at a time, both admitted");
+    assert.equal(ledger.high_water_slots, 1, "never two at once");
   });
 });
 

@@ -131,9 +131,23 @@ Deno.test("redirect route: template placeholders are filled from the path, re-en
     assert.equal(plain.headers.location, "/profiles/42");
     const encoded = await site(t, "/users/a%20b");
     assert.equal(encoded.headers.location, "/profiles/a%20b");
+    // An encoded slash is ambiguous (is it a separator?) and refused by default...
     const slash = await site(t, "/users/a%2Fb");
-    assert.equal(slash.headers.location, "/profiles/a%2Fb");
+    assert.equal(slash.status, 400);
+    assert.equal(envelope(slash).code, "ambiguous_path");
     assert.equal(envelope(await site(t, "/users/")).code, "no_route");
+  });
+  // ...or kept as data when the operator says so, and re-encoded into the location.
+  const keep = {
+    ...SETUP,
+    edit: (config: Record<string, unknown>) => {
+      config.paths = { escaped_slashes: "keep" };
+    },
+  };
+  await withEdge(keep, async (t) => {
+    const slash = await site(t, "/users/a%2fb");
+    assert.equal(slash.status, 302);
+    assert.equal(slash.headers.location, "/profiles/a%2Fb");
   });
 });
 

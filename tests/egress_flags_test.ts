@@ -23,6 +23,18 @@ async function configWith(egress: string): Promise<EdgeConfig> {
 const EGRESS = '  socks: [{ hostname: 127.0.0.1, port: 9050 }, { hostname: "::1", port: 9050 }]\n' +
   '  direct: ["10.0.0.5:8080", "[2001:db8::5]:80"]\n';
 
+/** The checkout's code folders a request worker reads (the config has a protected lane). */
+function workerCode(config: EdgeConfig): string[] {
+  return requiredGrants(config).filter((g) => g.purpose === "request worker code").map((g) =>
+    g.value
+  );
+}
+
+/** Every read grant of the config: its file, its tenants folder, the worker code. */
+function reads(config: EdgeConfig): string[] {
+  return [config.file, tenantsFolderOf(config)!, ...workerCode(config)];
+}
+
 /** A query that grants exactly `net` hosts and `read` paths, and nothing unscoped. */
 function exactly(net: readonly string[], read: readonly string[]): PermissionQuery {
   return (descriptor) => {
@@ -59,7 +71,7 @@ Deno.test("formatFlags() puts egress targets in --allow-net, in order, after the
       "10.0.0.5:8080,[2001:db8::5]:80",
   );
   assert.deepEqual(flags.slice(1), [
-    `--allow-read=${config.file},${tenantsFolderOf(config)!}`,
+    `--allow-read=${reads(config).join(",")}`,
     "--ignore-env=LOG_STREAM,LOG_TOKENS",
   ]);
 });
@@ -90,7 +102,7 @@ Deno.test("auditPermissions() accepts exactly the listener, SOCKS and direct gra
   const net = requiredGrants(config).filter((g) => g.name === "net").map((g) => g.value);
   const result = auditPermissions(
     requiredGrants(config),
-    exactly(net, [config.file, tenantsFolderOf(config)!]),
+    exactly(net, reads(config)),
   );
   assert.deepEqual(result, { refusals: [], warnings: [] });
 });
@@ -100,7 +112,7 @@ Deno.test("auditPermissions() names a missing SOCKS grant and a missing direct g
   const held = ["127.0.0.1:8080", "127.0.0.1:9901", "[::1]:9050", "10.0.0.5:8080"];
   const result = auditPermissions(
     requiredGrants(config),
-    exactly(held, [config.file, tenantsFolderOf(config)!]),
+    exactly(held, reads(config)),
   );
   assert.deepEqual(result.refusals, [
     "Missing --allow-net=127.0.0.1:9050 (needed by the SOCKS instance)",
@@ -115,7 +127,7 @@ Deno.test("auditPermissions() refuses every port of a SOCKS host being granted",
   const hostWide: PermissionQuery = (descriptor) =>
     descriptor.name === "net" && descriptor.host?.startsWith("10.9.9.9:")
       ? "granted"
-      : exactly(net, [config.file, tenantsFolderOf(config)!])(descriptor);
+      : exactly(net, reads(config))(descriptor);
   assert.deepEqual(auditPermissions(requiredGrants(config), hostWide).refusals, [
     "--allow-net grants every port of 10.9.9.9 (10.9.9.9:1 is granted); " +
     "grant exact host:port pairs",

@@ -42,15 +42,15 @@ const IDENTITY = [
   "req-1",
 ];
 
-/** The forwarding headers the gateway appends, for the default proto, host and request id. */
-function forwarded(forwardedFor: string, realIp: string): string[] {
+/** The forwarding headers the gateway appends, for the default host and request id. */
+function forwarded(forwardedFor: string, realIp: string, proto = "https"): string[] {
   return [
     "X-Forwarded-For",
     forwardedFor,
     "X-Real-IP",
     realIp,
     "X-Forwarded-Proto",
-    "https",
+    proto,
     "X-Forwarded-Host",
     "demo.example",
     "X-Request-Id",
@@ -133,7 +133,9 @@ Deno.test("upstreamHeaders() strips every spoofed field from an untrusted peer",
   ]);
 });
 
-Deno.test("upstreamHeaders() keeps a trusted peer's X-Forwarded-For chain and nothing else", () => {
+Deno.test("upstreamHeaders() keeps a trusted peer's X-Forwarded-For chain and proto, nothing else", () => {
+  // A trusted proxy in front (say, a TLS-terminating load balancer) says which scheme its client
+  // used; SPOOFED carries `X-Forwarded-Proto: http`.
   assert.deepEqual(upstreamHeaders(SPOOFED, context({ peer: "10.0.0.1" })), [
     "Host",
     "10.0.0.5:8080",
@@ -142,8 +144,109 @@ Deno.test("upstreamHeaders() keeps a trusted peer's X-Forwarded-For chain and no
     "Accept",
     "*/*",
     ...IDENTITY,
-    ...forwarded("6.6.6.6, 10.0.0.1", "6.6.6.6"),
+    ...forwarded("6.6.6.6, 10.0.0.1", "6.6.6.6", "http"),
   ]);
+});
+
+Deno.test("upstreamHeaders() takes X-Forwarded-Proto from the listener unless a trusted proxy says", () => {
+  const proto = (raw: string[], overrides: Partial<ForwardContext>) => {
+    const out = upstreamHeaders(raw, context(overrides));
+    return out[out.indexOf("X-Forwarded-Proto") + 1];
+  };
+  const claim = ["X-Forwarded-Proto", "https"];
+  assert.equal(proto([], { proto: "http" }), "http");
+  assert.equal(proto([], { proto: "https" }), "https");
+  assert.equal(proto(claim, { proto: "http" }), "http", "an untrusted client's claim is ignored");
+  assert.equal(proto(claim, { proto: "http", peer: "10.0.0.1" }), "https");
+  assert.equal(
+    proto(["X-Forwarded-Proto", "gopher"], { proto: "http", peer: "10.0.0.1" }),
+    "http",
+    "a claim that is not http or https is ignored",
+  );
+});
+
+Deno.test("upstreamHeaders() drops client-address claims unless the peer is a trusted proxy", () => {
+  const raw = [
+    "True-Client-IP",
+    "6.6.6.6",
+    "x-client-ip",
+    "6.6.6.6",
+    "CF-Connecting-IP",
+    "6.6.6.6",
+    "X-Cluster-Client-IP",
+    "6.6.6.6",
+    "Client-IP",
+    "6.6.6.6",
+    "Fastly-Client-IP",
+    "6.6.6.6",
+    "X-Originating-IP",
+    "6.6.6.6",
+    "X-Remote-IP",
+    "6.6.6.6",
+    "X_Remote_Addr",
+    "6.6.6.6",
+    "X-Original-Forwarded-For",
+    "6.6.6.6",
+    "Accept",
+    "*/*",
+  ];
+  const kept = (overrides: Partial<ForwardContext>) =>
+    upstreamHeaders(raw, context(overrides)).filter((_, i, all) =>
+      i % 2 === 0 && all[i + 1] === "6.6.6.6"
+    );
+  assert.deepEqual(kept({}), [], "an untrusted peer's claims all go");
+  assert.equal(kept({ peer: "10.0.0.1" }).length, 10, "a trusted proxy's claims pass");
+  assert.deepEqual(
+    kept({ clientIpHeaders: new Set(["true-client-ip"]) }),
+    ["x-client-ip", "CF-Connecting-IP", "X-Cluster-Client-IP", "Client-IP"].concat(
+      "Fastly-Client-IP",
+      "X-Originating-IP",
+      "X-Remote-IP",
+      "X_Remote_Addr",
+      "X-Original-Forwarded-For",
+    ),
+    "the list is the operator's",
+  );
+});
+
+Deno.test("upstreamHeaders() writes the body's framing itself, right after Host", () => {
+  const raw = [
+    "Content-Length",
+    "0005",
+    "Transfer-Encoding",
+    "chunked",
+    "content_length",
+    "9",
+    "Accept",
+    "*/*",
+  ];
+  const head = (body: ForwardContext["body"]) =>
+    upstreamHeaders(raw, context({ body })).slice(0, 6);
+  assert.deepEqual(head(5), ["Host", "10.0.0.5:8080", "Content-Length", "5", "Accept", "*/*"]);
+  assert.deepEqual(head(0), ["Host", "10.0.0.5:8080", "Content-Length", "0", "Accept", "*/*"]);
+  assert.deepEqual(head("chunked"), [
+    "Host",
+    "10.0.0.5:8080",
+    "Transfer-Encoding",
+    "chunked",
+    "Accept",
+    "*/*",
+  ]);
+  assert.deepEqual(head("none").slice(0, 4), ["Host", "10.0.0.5:8080", "Accept", "*/*"]);
+});
+
+Deno.test("upstreamHeaders() and downstreamHeaders() append the Via pseudonym to the list", () => {
+  const via = (out: string[]) => out.filter((_, i) => i > 0 && out[i - 1] === "Via");
+  const raw = ["Via", "1.0 fred", "Accept", "*/*", "via", " 1.1 p.example "];
+  assert.deepEqual(via(upstreamHeaders(raw, context({ via: "edge" }))), [
+    "1.0 fred, 1.1 p.example, 1.1 edge",
+  ]);
+  assert.deepEqual(via(upstreamHeaders([], context({ via: "edge" }))), ["1.1 edge"]);
+  assert.deepEqual(via(upstreamHeaders(raw, context())), ["1.0 fred, 1.1 p.example"]);
+  assert.deepEqual(via(downstreamHeaders(raw, "r", { via: "edge" })), [
+    "1.0 fred, 1.1 p.example, 1.1 edge",
+  ]);
+  assert.deepEqual(via(downstreamHeaders([], "r", { via: "edge" })), ["1.1 edge"]);
 });
 
 Deno.test("upstreamHeaders() trusts nobody when trusted_proxies is empty", () => {
@@ -284,7 +387,7 @@ Deno.test("upstreamHeaders() drops every field any Connection header names", () 
 
 Deno.test("upstreamHeaders() never lets a Connection token remove Content-Length or Host", () => {
   const raw = ["Host", "demo.example", "Connection", "Content-Length, Host", "Content-Length", "5"];
-  assert.deepEqual(upstreamHeaders(raw, context()), [
+  assert.deepEqual(upstreamHeaders(raw, context({ body: 5 })), [
     "Host",
     "10.0.0.5:8080",
     "Content-Length",
@@ -371,15 +474,15 @@ Deno.test("upstreamHeaders() passes the rest through in order, case and duplicat
     "Authorization",
     "Bearer t",
   ]);
-  assert.deepEqual(upstreamHeaders(raw, context()), [
+  assert.deepEqual(upstreamHeaders(raw, context({ body: 5 })), [
     "Host",
     "10.0.0.5:8080",
+    "Content-Length",
+    "5",
     "accept",
     "text/html",
     "Cookie",
     "a=1",
-    "Content-Length",
-    "5",
     "ACCEPT",
     "application/json",
     "Cookie",
@@ -568,10 +671,23 @@ Deno.test("downstreamHeaders() strips hop-by-hop and identity fields, replaces X
     "b=2; Path=/",
     "Set-Cookie",
     "a=3; Path=/",
-    "Content-Length",
-    "12",
     "X-Request-Id",
     "req-1",
+  ]);
+});
+
+Deno.test("downstreamHeaders() drops Content-Length from a response that was chunked", () => {
+  assert.deepEqual(
+    downstreamHeaders(["Content-Length", "3", "Transfer-Encoding", "chunked", "A", "b"], "r"),
+    ["A", "b", "X-Request-Id", "r"],
+  );
+  assert.deepEqual(downstreamHeaders(["Content-Length", "3", "A", "b"], "r"), [
+    "Content-Length",
+    "3",
+    "A",
+    "b",
+    "X-Request-Id",
+    "r",
   ]);
 });
 
@@ -594,7 +710,7 @@ Deno.test("downstreamHeaders() relays a 101's Upgrade with one Connection: upgra
     "Sec-WebSocket-Accept",
     "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
   ];
-  assert.deepEqual(downstreamHeaders(raw, "req-1", true), [
+  assert.deepEqual(downstreamHeaders(raw, "req-1", { upgrade: true }), [
     "Upgrade",
     "websocket",
     "Sec-WebSocket-Accept",

@@ -188,6 +188,7 @@ Deno.test("overloadStatus() maps caller overloads to 429 and capacity overloads 
       byte_budget: 503,
       deadline_exceeded: 503,
       priority_shed: 503,
+      connection_rate: 429,
     },
   );
 });

@@ -120,6 +120,28 @@ Deno.test("ledger.admit() enforces the per-connection bound through a Connection
   assert.equal(snap.lanes.public.in_use, 2);
 });
 
+Deno.test("ledger.admit() caps one connection's request rate: burst, refill, others unaffected", () => {
+  let now = 1000;
+  const ledger = new Ledger(
+    profile({ per_connection: 8, connection_rate: { per_second: 10, burst: 2 } }),
+    { clock: () => now },
+  );
+  const conn = { active: 0 };
+  admitted(ledger.admit("public", conn)).complete();
+  admitted(ledger.admit("public", conn)).complete();
+  const over = refused(ledger.admit("public", conn), "connection_rate");
+  assert.equal(overloadStatus(over.overload), 429);
+  assert.ok(over.retryAfterMs! > 0 && over.retryAfterMs! <= 100, `${over.retryAfterMs}`);
+  // Another connection has its own bucket; requests not tied to a connection have none.
+  admitted(ledger.admit("public", { active: 0 })).complete();
+  admitted(ledger.admit("public")).complete();
+  now += 100; // one token back
+  admitted(ledger.admit("public", conn)).complete();
+  refused(ledger.admit("public", conn), "connection_rate");
+  assert.equal(snapshotLedger(ledger).lanes.public.overload.connection_rate, 2);
+  assert.equal(snapshotLedger(ledger).release_balanced, true);
+});
+
 Deno.test("ledger.admit() spends the rate budget: burst, then refill over time", () => {
   let now = 0;
   const ledger = new Ledger(

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { LANES } from "../lanes/mod.ts";
-import { loadConfig } from "../src/config/load.ts";
+import { loadConfig, runsWorkers } from "../src/config/load.ts";
 import type { ConfigError } from "../src/config/problems.ts";
 import { planEdge } from "../src/edge/plan.ts";
 import { configErrorOf } from "./fixtures/config_files.ts";
@@ -259,4 +259,17 @@ Deno.test("planEdge() says a missing tenants folder cannot be read", async () =>
     error.problems[0].message,
     "Cannot read tenants folder: no such file or directory",
   );
+});
+
+Deno.test("planEdge() refuses a shared event loop beside more than one worker", async () => {
+  const error = await refusal(`${THREE_LANES}workers: 2\nshared_event_loop: true\n`);
+  assert.deepEqual(error.problems.map((p) => [p.path.join("."), p.value]), [
+    ["shared_event_loop", true],
+  ]);
+  // One worker and a shared loop is one isolate; no protected lane needs no worker either.
+  const shared = await planOf(`${THREE_LANES}shared_event_loop: true\n`);
+  assert.equal(runsWorkers(shared.config), false);
+  assert.equal(runsWorkers((await planOf(THREE_LANES)).config), true, "the default: a worker");
+  const alone = THREE_LANES.replace(/ {2}(local|provider)_health: .*\n/g, "");
+  assert.equal(runsWorkers((await planOf(alone)).config), false);
 });

@@ -296,10 +296,8 @@ Deno.test("security headers: set on every reply, replacing and removing route va
   }, async (p) => {
     for (const path of ["/page", "/api/echo", "/missing"]) {
       const response = await p.send({ path });
-      assert.equal(
-        response.headers["strict-transport-security"],
-        "max-age=31536000; includeSubDomains",
-      );
+      // Plain HTTP: never Strict-Transport-Security (RFC 6797 §7.2; TLS: tls_termination_test.ts).
+      assert.equal(response.headers["strict-transport-security"], undefined);
       assert.equal(response.headers["x-content-type-options"], "nosniff");
       assert.equal(response.headers["x-frame-options"], "SAMEORIGIN", path);
       assert.equal(response.headers["referrer-policy"], "no-referrer");

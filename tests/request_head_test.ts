@@ -41,13 +41,20 @@ function kindOf(fake: FakeRequest, limits?: HeadLimits): string {
 Deno.test("readHead() splits an origin-form target into path and query", () => {
   assert.deepEqual(
     head({ url: "/users/J%C3%BCrgen?tab=posts&x", rawHeaders: ["Host", "Demo.Example:8080"] }),
-    { method: "GET", path: "/users/J%C3%BCrgen", query: "?tab=posts&x", host: "demo.example" },
+    {
+      method: "GET",
+      path: "/users/J%C3%BCrgen",
+      query: "?tab=posts&x",
+      host: "demo.example",
+      body: "none",
+    },
   );
   assert.deepEqual(head({ url: "/a/b", method: "POST" }), {
     method: "POST",
     path: "/a/b",
     query: "",
     host: "demo.example",
+    body: "none",
   });
 });
 
@@ -69,6 +76,7 @@ Deno.test("readHead() allows an HTTP/1.0 request without Host, with an empty hos
     path: "/x",
     query: "?y",
     host: "",
+    body: "none",
   });
 });
 
@@ -78,10 +86,70 @@ Deno.test("readHead() refuses Transfer-Encoding on HTTP/1.0", () => {
     kind: "bad_request",
     detail: "Transfer-Encoding on HTTP/1.0",
   });
-  assert.equal(kindOf({ version: "1.1", rawHeaders }), "ok");
+  assert.equal(kindOf({ version: "1.1", method: "POST", rawHeaders }), "ok");
+});
+
+Deno.test("readHead() reads the body's framing: none, a declared length, or chunked", () => {
+  const framing = (rawHeaders: string[], method = "POST") => {
+    const result = head({ method, rawHeaders: ["Host", "demo.example", ...rawHeaders] });
+    return "body" in result ? result.body : result.kind;
+  };
+  assert.equal(framing([]), "none");
+  assert.equal(framing(["Content-Length", "0"]), 0);
+  assert.equal(framing(["Content-Length", "12"]), 12);
+  assert.equal(framing(["content-length", " 7 "]), 7);
+  assert.equal(framing(["Transfer-Encoding", "chunked"]), "chunked");
+  for (const bad of ["", "1e3", "0x10", "-1", "5,5", "12345678901234567"]) {
+    assert.equal(framing(["Content-Length", bad]), "bad_request", JSON.stringify(bad));
+  }
+});
+
+Deno.test("readHead() refuses a body on GET, HEAD and TRACE in either framing", () => {
+  for (const method of ["GET", "HEAD", "TRACE", "get"]) {
+    for (const framing of [["Content-Length", "5"], ["Transfer-Encoding", "chunked"]]) {
+      const rawHeaders = ["Host", "demo.example", ...framing];
+      const expected = method === "get" ? "ok" : "body_not_allowed";
+      assert.equal(kindOf({ method, rawHeaders }), expected, `${method} ${framing[0]}`);
+    }
+  }
+  // No body, or an empty declared one, is fine on every method.
+  for (const method of ["GET", "HEAD", "TRACE"]) {
+    assert.equal(kindOf({ method, rawHeaders: ["Host", "demo.example"] }), "ok");
+    assert.equal(
+      kindOf({ method, rawHeaders: ["Host", "demo.example", "Content-Length", "0"] }),
+      "ok",
+    );
+  }
+  // The other methods may carry one; the proxy frames it upstream itself.
+  for (const method of ["OPTIONS", "DELETE", "POST", "PUT", "PATCH"]) {
+    const rawHeaders = ["Host", "demo.example", "Transfer-Encoding", "chunked"];
+    assert.equal(kindOf({ method, rawHeaders }), "ok", method);
+  }
+});
+
+Deno.test("readHead() makes the path canonical and refuses an ambiguous one", () => {
+  const path = (url: string) => {
+    const result = head({ url });
+    return "path" in result ? result.path : result.kind;
+  };
+  for (const spelling of ["//admin/", "/./admin/", "/%61dmin/", "/%2e/admin/", "/x/../admin/"]) {
+    assert.equal(path(spelling), "/admin/", spelling);
+  }
+  assert.equal(path("/a%2fb"), "ambiguous_path");
+  assert.equal(path("/a%00b"), "ambiguous_path");
+  assert.equal(path("/a/..;/b"), "ambiguous_path");
+  assert.equal(path("http://demo.example//x/./y?q=1"), "/x/y");
+  assert.equal(
+    "path" in head({ url: "/a%2fb", method: "GET" }, {
+      ...LIMITS,
+      paths: { mergeSlashes: true, escapedSlashes: "keep" },
+    }),
+    true,
+  );
 });
 
 Deno.test("readHead() refuses Transfer-Encoding beside Content-Length", () => {
+  // (POST: on GET the body alone would be refused first.)
   const rawHeaders = [
     "Host",
     "demo.example",
@@ -137,30 +205,32 @@ Deno.test("readHead() refuses a Host value that is not a host", () => {
 Deno.test("readHead() takes host, path and query from an absolute-form target", () => {
   assert.deepEqual(
     head({ url: "HTTP://Demo.Example:8080/p/q?x=1", rawHeaders: ["Host", "demo.example"] }),
-    { method: "GET", path: "/p/q", query: "?x=1", host: "demo.example" },
+    { method: "GET", path: "/p/q", query: "?x=1", host: "demo.example", body: "none" },
   );
   assert.deepEqual(head({ url: "https://demo.example", rawHeaders: ["Host", "demo.example"] }), {
     method: "GET",
     path: "/",
     query: "",
     host: "demo.example",
+    body: "none",
   });
   assert.deepEqual(head({ url: "http://demo.example/x", version: "1.0", rawHeaders: [] }), {
     method: "GET",
     path: "/x",
     query: "",
     host: "demo.example",
+    body: "none",
   });
 });
 
 Deno.test("readHead() never takes the path of an absolute-form target from its query", () => {
   assert.deepEqual(
     head({ url: "http://demo.example?next=/admin/x", rawHeaders: ["Host", "demo.example"] }),
-    { method: "GET", path: "/", query: "?next=/admin/x", host: "demo.example" },
+    { method: "GET", path: "/", query: "?next=/admin/x", host: "demo.example", body: "none" },
   );
   assert.deepEqual(
     head({ url: "http://demo.example:8080?a=1", rawHeaders: ["Host", "demo.example:8080"] }),
-    { method: "GET", path: "/", query: "?a=1", host: "demo.example" },
+    { method: "GET", path: "/", query: "?a=1", host: "demo.example", body: "none" },
   );
 });
 
@@ -179,6 +249,7 @@ Deno.test("readHead() accepts OPTIONS * and nothing else with an asterisk target
     path: "*",
     query: "",
     host: "demo.example",
+    body: "none",
   });
   assert.deepEqual(head({ method: "GET", url: "*" }), {
     kind: "bad_request",
@@ -235,4 +306,23 @@ Deno.test("requestIdFor() replaces absent, empty, long or unprintable ids with a
   const ids = replaced.map((inbound) => requestIdFor(inbound));
   for (const [i, id] of ids.entries()) assert.match(id, UUID, `input ${i}`);
   assert.equal(new Set(ids).size, ids.length);
+});
+
+Deno.test("readHead() takes chunked alone as a Transfer-Encoding, nothing else", () => {
+  const kind = (...fields: string[][]) =>
+    kindOf({ method: "POST", rawHeaders: ["Host", "demo.example", ...fields.flat()] });
+  assert.equal(kind(["Transfer-Encoding", "chunked"]), "ok");
+  assert.equal(kind(["transfer-encoding", " Chunked "]), "ok");
+  for (const value of ["identity, chunked", "gzip, chunked", "chunked, chunked", "identity"]) {
+    assert.equal(kind(["Transfer-Encoding", value]), "bad_request", value);
+  }
+  assert.equal(
+    kind(["Transfer-Encoding", "identity"], ["Transfer-Encoding", "chunked"]),
+    "bad_request",
+    "two fields",
+  );
+  assert.equal(
+    kind(["Transfer-Encoding", "chunked"], ["Transfer-Encoding", "chunked"]),
+    "bad_request",
+  );
 });

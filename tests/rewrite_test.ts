@@ -5,7 +5,12 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { compileRewrite, type Rewriter, type RewriteSpec } from "../src/proxy/rewrite.ts";
+import {
+  applyRewrite,
+  compileRewrite,
+  type Rewriter,
+  type RewriteSpec,
+} from "../src/proxy/rewrite.ts";
 
 /** Compiles a rewrite that must be accepted. */
 function compiled(spec: RewriteSpec, params: readonly string[] = []): Rewriter {
@@ -143,4 +148,37 @@ Deno.test("to goes only with regex, and regex needs to", () => {
   assert.equal(refusal({ strip_prefix: "/a", to: "/b" }), "to goes with regex");
   assert.equal(refusal({ replace: "/a", to: "/b" }), "to goes with regex");
   assert.equal(refusal({ regex: "^/a" }), "A regex rewrite needs to: the replacement path");
+});
+
+const RULES = { mergeSlashes: true, escapedSlashes: "reject" } as const;
+
+Deno.test("compileRewrite() gives each form the base its results must stay under", () => {
+  assert.equal(compiled({ strip_prefix: "/api" }).base, "/");
+  assert.equal(compiled({ replace: "/profiles/{id}" }, ["id"]).base, "/profiles/");
+  assert.equal(compiled({ replace: "/static/index.html" }).base, "/static/");
+  assert.equal(compiled({ regex: "^/pub/(.*)$", to: "/v2/$1" }).base, "/v2/");
+  assert.equal(compiled({ regex: "^/pub/(?<rest>.*)$", to: "/v2/x/${rest}" }).base, "/v2/x/");
+  assert.equal(compiled({ regex: "^/pub/(.*)$", to: "/v2$1" }).base, "/");
+  assert.equal(compiled({ regex: "pub", to: "/v2/" }).base, "/", "unanchored: the lead stays");
+});
+
+Deno.test("applyRewrite() makes the result canonical and refuses one that leaves its base", () => {
+  const rewrite = compiled({ regex: "^/pub/(.*)x(.*)$", to: "/v2/$1$2" });
+  assert.equal(applyRewrite(rewrite, "/pub/axb", {}, RULES), "/v2/ab");
+  // The groups put ".." back together: "/v2/../secret" would be "/secret" upstream.
+  const escaped = applyRewrite(rewrite, "/pub/.x./secret", {}, RULES);
+  assert.equal(typeof escaped, "object");
+  // "//" put together is merged, not refused.
+  assert.equal(applyRewrite(rewrite, "/pub/ax/b", {}, RULES), "/v2/a/b");
+  // A path the rewrite does not touch passes as it is (it is canonical already).
+  assert.equal(applyRewrite(rewrite, "/other", {}, RULES), "/other");
+});
+
+Deno.test("applyRewrite() keeps a regex rewrite of the issue's example inside /v2/", () => {
+  const rewrite = compiled({ regex: "^/pub/(.*)", to: "/v2/$1" });
+  // Canonical request paths: the escapes were resolved before routing, so none gets here.
+  for (const path of ["/pub/a/b.txt", "/pub/", "/pub/%2F"]) {
+    const out = applyRewrite(rewrite, path, {}, RULES);
+    if (typeof out === "string") assert.ok(out.startsWith("/v2/"), `${path} -> ${out}`);
+  }
 });

@@ -153,6 +153,7 @@ const HEAD: RequestHead = {
   path: "/old/a%20b",
   query: "?x=1&y=2",
   host: "a.example",
+  body: "none",
 };
 
 /** A redirect action as `compileTenants` builds it. */

@@ -32,6 +32,7 @@ Deno.test("snapshotLedger() has the fields the ledger endpoint promises", () => 
     assert.deepEqual(Object.keys(lane.overload).sort(), [
       "aggregate_full",
       "byte_budget",
+      "connection_rate",
       "deadline_exceeded",
       "lane_pool_full",
       "per_connection_limit",

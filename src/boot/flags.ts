@@ -10,7 +10,12 @@
  */
 import { dirname } from "node:path";
 import { fileURLToPath as fromFileUrl } from "node:url";
-import { type EdgeConfig, formatAddress, type ListenerAddress } from "../config/load.ts";
+import {
+  type EdgeConfig,
+  formatAddress,
+  type ListenerAddress,
+  runsWorkers,
+} from "../config/load.ts";
 import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
 
 /** One permission the process must hold, and why. */
@@ -26,8 +31,13 @@ export interface Grant {
  * Lists every grant a config needs, in a stable order.
  *
  * @param config the validated config
+ * @param options `embeddedCode` for a compiled binary, whose request-worker modules are inside it
+ *   (no read grant for the checkout's code folders)
  */
-export function requiredGrants(config: EdgeConfig): Grant[] {
+export function requiredGrants(
+  config: EdgeConfig,
+  options: { readonly embeddedCode?: boolean } = {},
+): Grant[] {
   const grants: Grant[] = [];
   for (const lane of LANE_NAMES) {
     const listen = config.lanes[lane]?.listen ?? [];
@@ -87,10 +97,10 @@ export function requiredGrants(config: EdgeConfig): Grant[] {
       purpose: "ACME challenge folder",
     });
   }
-  if (config.workers > 1) {
+  if (runsWorkers(config) && !options.embeddedCode) {
     // A Worker loads its module graph from disk under the read permission (the main module's
     // graph needs none): the gateway's own code folders, nothing else.
-    for (const folder of WORKER_CODE) {
+    for (const folder of workerCode()) {
       grants.push({ name: "read", value: folder, purpose: "request worker code" });
     }
   }
@@ -109,6 +119,22 @@ const WORKER_CODE: readonly string[] = import.meta.url.startsWith("file:") &&
   ]
     .map((path) => path.replace(/\/$/, ""))
   : [];
+
+/**
+ * The worker code folders, relative to the working directory when they are under it (as config
+ * paths are printed), so the flags of a checkout read the same on every machine.
+ */
+function workerCode(): readonly string[] {
+  let cwd: string | undefined;
+  try {
+    cwd = Deno.cwd();
+  } catch {
+    return WORKER_CODE;
+  }
+  return WORKER_CODE.map((folder) =>
+    folder.startsWith(`${cwd}/`) ? folder.slice(cwd.length + 1) : folder
+  );
+}
 
 /** What the code itself needs whatever the config: nothing but two ignored variable reads. */
 export const CODE_GRANTS: readonly Grant[] = [

@@ -4,7 +4,7 @@
  * @module
  */
 import { formatFlags } from "../boot/flags.ts";
-import { formatAddress } from "../config/load.ts";
+import { formatAddress, runsWorkers } from "../config/load.ts";
 import type { EdgePlan } from "../edge/plan.ts";
 import { describePolicies } from "../policy/policies.ts";
 
@@ -17,7 +17,8 @@ export function summarizePlan<S>(plan: EdgePlan<S>): string {
   const lines = [
     `portcullis: ${config.file} is valid`,
     `  node ${config.nodeId}, mode ${config.mode}, ${config.workers} request worker` +
-    `${config.workers === 1 ? "" : "s"}${config.workersSetting === "auto" ? " (auto)" : ""}`,
+    `${config.workers === 1 ? "" : "s"}${config.workersSetting === "auto" ? " (auto)" : ""}` +
+    (runsWorkers(config) ? "" : ", one isolate for every lane"),
   ];
   for (const lane of plan.lanes) {
     const name = lane.table.descriptor.name;

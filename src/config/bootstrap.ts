@@ -132,6 +132,38 @@ const HubClient = v.strictObject({
   backoff_max_ms: v.optional(wholeNumber(1, 600_000), 30_000),
 });
 
+/**
+ * True for a header name the gateway itself writes, removes or frames with (any case, `_` for
+ * `-`): listing it as a client-address claim would let a trusted proxy's copy pass beside the
+ * gateway's own.
+ */
+export function gatewayOwned(name: string): boolean {
+  const folded = name.toLowerCase().replaceAll("_", "-");
+  return OWNED.has(folded) || folded.startsWith("x-forwarded-") ||
+    folded.startsWith("x-portcullis-");
+}
+
+const OWNED: ReadonlySet<string> = new Set([
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "upgrade",
+  "via",
+  "forwarded",
+  "x-real-ip",
+  "x-request-id",
+  "x-original-url",
+  "x-rewrite-url",
+  "proxy-authorization",
+  "proxy-authenticate",
+  "http2-settings",
+]);
+
 /** The bootstrap config schema. */
 export const BootstrapSchema = v.strictObject({
   /** Optional marker; a hub's config says `role: hub`. */
@@ -153,6 +185,11 @@ export const BootstrapSchema = v.strictObject({
     ),
     1,
   ),
+  /**
+   * Serve the public lane on the same event loop as the protected lanes (one isolate, only with
+   * `workers: 1`). Off by default: a public flood could then delay health probes.
+   */
+  shared_event_loop: v.optional(v.boolean("Expected true or false"), false),
   /** `local`: tenants from `tenants_dir`, watched; `remote`: tenants from the hub's stream. */
   mode: v.picklist(["local", "remote"], 'Expected "local" or "remote"'),
   /** Local mode: the runtime folder (`globals.yaml` and one file per tenant). */
@@ -173,6 +210,62 @@ export const BootstrapSchema = v.strictObject({
       header_ms: v.optional(wholeNumber(100, 600_000), 10_000),
       idle_ms: v.optional(wholeNumber(100, 3_600_000), 30_000),
       request_ms: v.optional(wholeNumber(100, 3_600_000), 300_000),
+      /**
+       * Delivery: a reply whose waiting bytes the client does not take for this long is cut off
+       * (its slot and bytes released, counted cancelled with outcome `send_timeout`).
+       */
+      send_ms: v.optional(wholeNumber(100, 3_600_000), 30_000),
+      /** While bytes wait, the client must take at least this many per second (0: any). */
+      min_send_rate: v.optional(wholeNumber(0, 1_073_741_824), 1024),
+      /** An Upgrade tunnel with no byte either way for this long is closed (default: never). */
+      tunnel_idle_ms: v.optional(wholeNumber(100, 86_400_000)),
+    }),
+    {},
+  ),
+  /** How request paths are made canonical before routing (decode, dot segments, slashes). */
+  paths: v.optional(
+    v.strictObject({
+      /** Merge runs of "/" into one. */
+      merge_slashes: v.optional(v.boolean("Expected true or false"), true),
+      /** An encoded slash or backslash (%2F, %5C) or a raw "\": refuse, keep as data, or decode. */
+      escaped_slashes: v.optional(
+        v.picklist(["reject", "keep", "decode"], 'Expected "reject", "keep" or "decode"'),
+        "reject",
+      ),
+    }),
+    {},
+  ),
+  /** How forwarded messages are marked. */
+  forwarding: v.optional(
+    v.strictObject({
+      /** The Via pseudonym (RFC 9110 §7.6.3), never the node id; false writes no Via. */
+      via: v.optional(
+        v.union(
+          [
+            v.literal(false),
+            v.pipe(
+              v.string(),
+              v.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$/, "Expected a token"),
+            ),
+          ],
+          "Expected a pseudonym (a token such as portcullis) or false",
+        ),
+        "portcullis",
+      ),
+      /** Client-address headers passed upstream only from trusted_proxies (names, any case). */
+      client_ip_headers: v.optional(
+        v.array(
+          v.pipe(
+            v.string("Expected a header name"),
+            v.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$/, "Expected a header name"),
+            v.check(
+              (name) => !gatewayOwned(name),
+              "The gateway writes or removes this header itself; it cannot be a client-address claim",
+            ),
+          ),
+          "Expected a list of header names",
+        ),
+      ),
     }),
     {},
   ),
@@ -240,6 +333,8 @@ export const BootstrapSchema = v.strictObject({
     application_slots: wholeNumber(1),
     inflight_bytes: wholeNumber(1),
     per_connection: wholeNumber(1),
+    /** One connection's request rate: a token bucket per connection (default: unbounded). */
+    connection_rate: v.optional(Rate),
     lanes: v.optional(
       v.strictObject({
         public: v.optional(LaneLedger),

@@ -7,6 +7,8 @@
 import { dirname, join, normalize } from "node:path";
 import type { LaneName } from "../ledger/lane.ts";
 import type { CertificateSource } from "../tls/certificates.ts";
+import type { PathRules } from "../request/canonical_path.ts";
+import { DEFAULT_CLIENT_IP_HEADERS } from "../request/client_ip_headers.ts";
 import {
   type BootstrapConfig,
   BootstrapSchema,
@@ -78,6 +80,8 @@ export interface EdgeConfig {
   readonly workers: number;
   /** `workers` as written. */
   readonly workersSetting: "auto" | number;
+  /** One isolate for every lane (`shared_event_loop`, only with one worker). */
+  readonly sharedEventLoop: boolean;
   /** The tenant set's source: a watched folder, or a hub. */
   readonly runtime: RuntimeSource;
   /** Configured lanes only; an absent lane is not served. */
@@ -86,6 +90,17 @@ export interface EdgeConfig {
     readonly headerMs: number;
     readonly idleMs: number;
     readonly requestMs: number;
+    readonly sendMs: number;
+    readonly minSendRate: number;
+    readonly tunnelIdleMs?: number;
+  };
+  /** How request paths are made canonical. */
+  readonly paths: PathRules;
+  /** The Via pseudonym and the client-address headers kept only from trusted proxies. */
+  readonly forwarding: {
+    readonly via?: string;
+    /** Lower case. */
+    readonly clientIpHeaders: readonly string[];
   };
   readonly limits: {
     readonly headerBytes: number;
@@ -119,6 +134,7 @@ export interface EdgeConfig {
     readonly application_slots: number;
     readonly inflight_bytes: number;
     readonly per_connection: number;
+    readonly connection_rate?: { readonly per_second: number; readonly burst: number };
     readonly lanes: Readonly<Partial<Record<LaneName, LaneLedgerConfig>>>;
   };
   /** Where a field sits in the file, for later cross-field diagnostics. */
@@ -178,12 +194,27 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     mode: raw.mode,
     workers: raw.workers === "auto" ? Math.max(1, navigator.hardwareConcurrency || 1) : raw.workers,
     workersSetting: raw.workers,
+    sharedEventLoop: raw.shared_event_loop,
     runtime,
     lanes,
     timeouts: {
       headerMs: raw.timeouts.header_ms,
       idleMs: raw.timeouts.idle_ms,
       requestMs: raw.timeouts.request_ms,
+      sendMs: raw.timeouts.send_ms,
+      minSendRate: raw.timeouts.min_send_rate,
+      tunnelIdleMs: raw.timeouts.tunnel_idle_ms,
+    },
+    paths: {
+      mergeSlashes: raw.paths.merge_slashes,
+      escapedSlashes: raw.paths.escaped_slashes,
+    },
+    forwarding: {
+      via: raw.forwarding.via === false ? undefined : raw.forwarding.via,
+      // Folded as hygiene folds names: lower case, "_" read as "-".
+      clientIpHeaders: (raw.forwarding.client_ip_headers ?? DEFAULT_CLIENT_IP_HEADERS).map((name) =>
+        name.toLowerCase().replaceAll("_", "-")
+      ),
     },
     limits: {
       headerBytes: raw.limits.header_bytes,
@@ -211,6 +242,18 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     ledger: raw.ledger,
     source,
   };
+}
+
+/**
+ * True when the edge runs its public lane in request workers beside an isolate for the protected
+ * lanes: with more than one worker, and with one unless `shared_event_loop` is set or there is no
+ * protected lane to keep apart.
+ */
+export function runsWorkers(config: Pick<EdgeConfig, "workers" | "sharedEventLoop" | "lanes">) {
+  if (config.workers > 1) return true;
+  const guarded = config.lanes.local_health !== undefined ||
+    config.lanes.provider_health !== undefined;
+  return guarded && !config.sharedEventLoop;
 }
 
 /** The tenants folder of a local-mode config; undefined in remote mode. */

@@ -262,6 +262,11 @@ export async function startEdge(
     },
     egress,
     trusted: AddressSet.of(plan.config.trustedProxies),
+    paths: plan.config.paths,
+    forwarding: {
+      via: plan.config.forwarding.via,
+      clientIpHeaders: new Set(plan.config.forwarding.clientIpHeaders),
+    },
     clock,
     log,
     tls: certs,
@@ -275,6 +280,7 @@ export async function startEdge(
     headerBytes: plan.config.limits.headerBytes,
     headers: plan.config.limits.headers,
     targetBytes: plan.config.limits.targetBytes,
+    paths: plan.config.paths,
   };
 
   const bindContext: BindContext = {

@@ -142,6 +142,14 @@ export async function planEdge<S>(
   }
   problems.push(...checkTls(config));
 
+  if (config.sharedEventLoop && config.workers > 1) {
+    problem(
+      ["shared_event_loop"],
+      true,
+      `A shared event loop is one isolate; it cannot go with ${config.workers} workers`,
+    );
+  }
+
   if (config.timeouts.headerMs > config.timeouts.requestMs) {
     problem(
       ["timeouts", "header_ms"],

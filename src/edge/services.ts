@@ -11,6 +11,8 @@ import type { ResponseStats } from "../observe/stats.ts";
 import type { PolicyStats } from "../policy/stats.ts";
 import type { Observer } from "../observe/observer.ts";
 import type { AddressSet } from "../proxy/cidr.ts";
+import type { Forwarding } from "../proxy/upstream.ts";
+import type { PathRules } from "../request/canonical_path.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { TenantRegistry } from "../proxy/tenants.ts";
 
@@ -51,6 +53,10 @@ export interface EdgeServices {
   readonly egress: Egress;
   /** Peers whose X-Forwarded-For is believed. */
   readonly trusted: AddressSet;
+  /** The Via pseudonym and the client-address headers kept only from trusted proxies. */
+  readonly forwarding: Forwarding;
+  /** How request paths are made canonical (rewritten ones too). */
+  readonly paths: PathRules;
   /** The monotonic clock (ms) the ledger and egress share. */
   readonly clock: () => number;
   /** Diagnostics (stderr by default). */

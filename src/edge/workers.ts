@@ -14,7 +14,7 @@
 import type { LaneListener } from "../boot/distinct.ts";
 import type { Rejection } from "../config/generations.ts";
 import type { ConfigProblem } from "../config/problems.ts";
-import { formatAddress } from "../config/load.ts";
+import { formatAddress, runsWorkers } from "../config/load.ts";
 import { LedgerMemory } from "../ledger/memory.ts";
 import { ResponseStats } from "../observe/stats.ts";
 import { BootError, type Edge, type EdgeOptions, startEdge } from "./edge.ts";
@@ -23,7 +23,8 @@ import type { EdgeServices } from "./services.ts";
 import type { GenerationData, ToOwner, ToWorker } from "./worker_messages.ts";
 
 /**
- * Starts an edge with `plan.config.workers` request workers (one: a plain {@link startEdge}).
+ * Starts an edge with `plan.config.workers` public request workers beside worker 0 — or, with
+ * `shared_event_loop` (or no protected lane), a plain {@link startEdge} in this isolate.
  *
  * @throws {BootError} when any worker cannot bind or the workers' listeners disagree
  */
@@ -32,7 +33,7 @@ export async function startWorkers(
   options: EdgeOptions,
 ): Promise<Edge> {
   const publicWorkers = plan.config.workers;
-  if (publicWorkers <= 1) return await startEdge(plan, options);
+  if (!runsWorkers(plan.config)) return await startEdge(plan, options);
   // Worker 0 (this isolate) serves the protected lanes; workers 1 … N the public lane.
   const count = publicWorkers + 1;
   const log = options.log ?? ((line: string) => console.error(line));
@@ -192,8 +193,8 @@ export async function startWorkers(
     })
   );
   log(
-    `portcullis: ${publicWorkers} public request workers and this isolate (protected lanes) ` +
-      "share one ledger",
+    `portcullis: ${publicWorkers} public request worker${publicWorkers === 1 ? "" : "s"} and ` +
+      "this isolate (protected lanes) share one ledger",
   );
 
   const own = edge;

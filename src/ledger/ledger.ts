@@ -13,7 +13,7 @@ import { laneIndex, type LaneName } from "./lane.ts";
 import { C, G, LedgerMemory } from "./memory.ts";
 import type { Overload, OverloadKind } from "./overload.ts";
 import type { Profile } from "./profile.ts";
-import { type CompiledRate, compileRate, spendToken } from "./rate_budget.ts";
+import { type CompiledRate, compileRate, spendConnectionToken, spendToken } from "./rate_budget.ts";
 import { Reservation, type ReservationOwner } from "./reservation.ts";
 
 /** A monotonic clock in milliseconds. May throw or return NaN when it cannot be read. */
@@ -23,6 +23,10 @@ export type Clock = () => number;
 export interface ConnectionBudget {
   /** Requests from this connection currently admitted. */
   active: number;
+  /** The connection's request-rate bucket (GCRA arrival time, µs), with `connection_rate`. */
+  rateTat?: number;
+  /** Called after one of its reservations was released (the next pipelined request may go). */
+  released?(): void;
 }
 
 /** Options for {@link Ledger}. */
@@ -64,6 +68,7 @@ export class Ledger implements ReservationOwner {
   readonly memory: LedgerMemory;
   readonly clock: Clock;
   readonly #rates: (CompiledRate | undefined)[];
+  readonly #connectionRate?: CompiledRate;
 
   /**
    * @param profile a validated profile
@@ -74,6 +79,7 @@ export class Ledger implements ReservationOwner {
     this.clock = options.clock ?? defaultClock;
     this.memory = options.memory ?? LedgerMemory.create();
     this.#rates = profile.lanes.map((lane) => lane.rate ? compileRate(lane.rate) : undefined);
+    if (profile.connectionRate) this.#connectionRate = compileRate(profile.connectionRate);
   }
 
   /**
@@ -99,6 +105,10 @@ export class Ledger implements ReservationOwner {
     if (!Number.isFinite(now)) return this.#refuse(index, "deadline_exceeded");
     if (connection && connection.active >= this.profile.perConnection) {
       return this.#refuse(index, "per_connection_limit");
+    }
+    if (connection && this.#connectionRate) {
+      const waitMs = spendConnectionToken(connection, this.#connectionRate, now);
+      if (waitMs > 0) return this.#refuse(index, "connection_rate", waitMs);
     }
     const rate = this.#rates[index];
     if (rate) {
@@ -144,8 +154,12 @@ export class Ledger implements ReservationOwner {
       memory.give(G.generalUsed(index), 1);
     }
     memory.give(G.inUse, 1);
-    if (ticket.connection) ticket.connection.active--;
     memory.bump(completed ? C.completed : C.cancelled);
+    const connection = ticket.connection;
+    if (connection) {
+      connection.active--;
+      connection.released?.();
+    }
   }
 
   /** Counts a release of an already released reservation (a no-op otherwise). */

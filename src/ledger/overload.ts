@@ -13,6 +13,7 @@ export const OVERLOAD_KINDS = [
   "byte_budget",
   "deadline_exceeded",
   "priority_shed",
+  "connection_rate",
 ] as const;
 
 /** Why an admission was refused. */
@@ -26,7 +27,8 @@ export interface Overload {
 }
 
 /**
- * The status an overload answers with: the caller doing too much is 429, the service out of
+ * The status an overload answers with: the caller doing too much is 429 (one connection over its
+ * request rate included), the service out of
  * admitted capacity is 503 (a priority shed included: a low-priority request found the lane's
  * remaining slots kept for high-priority routes).
  *
@@ -38,7 +40,8 @@ export interface Overload {
  * ```
  */
 export function overloadStatus(kind: OverloadKind): 429 | 503 {
-  return kind === "lane_pool_full" || kind === "per_connection_limit" || kind === "rate_budget"
+  return kind === "lane_pool_full" || kind === "per_connection_limit" ||
+      kind === "rate_budget" || kind === "connection_rate"
     ? 429
     : 503;
 }

@@ -38,6 +38,8 @@ export interface ProfileInput {
   readonly application_slots: number;
   readonly inflight_bytes: number;
   readonly per_connection: number;
+  /** One connection's request rate (optional). */
+  readonly connection_rate?: RateBudget;
   readonly lanes: Readonly<Record<LaneName, LaneProfileInput>>;
 }
 
@@ -60,6 +62,8 @@ export interface Profile {
   readonly applicationSlots: number;
   readonly inflightBytes: number;
   readonly perConnection: number;
+  /** One connection's request-rate bucket, when capped. */
+  readonly connectionRate?: RateBudget;
   /** `application_slots − Σ reserves`; at least 1. */
   readonly generalPool: number;
   /** `inflight_bytes − Σ (reserve × footprint)`: the bytes general-pool admissions share. */
@@ -263,6 +267,7 @@ export function validateProfile(
       applicationSlots: input.application_slots,
       inflightBytes: input.inflight_bytes,
       perConnection: input.per_connection,
+      connectionRate: input.connection_rate,
       generalPool,
       generalBytes,
       lanes,

@@ -54,3 +54,34 @@ export function spendToken(
     if (Atomics.compareExchange(state, slot, arrival, next) === arrival) return 0;
   }
 }
+
+/**
+ * Spends one token from a single connection's bucket (one writer: no atomics needed).
+ *
+ * @param bucket the connection's state (`rateTat` in microseconds, set on first use)
+ * @param rate the compiled budget
+ * @param nowMs the clock reading, in milliseconds
+ * @returns 0 when a token was spent, otherwise the milliseconds until one is due
+ * @example
+ * ```ts
+ * import { compileRate, spendConnectionToken } from "./rate_budget.ts";
+ * const bucket: { rateTat?: number } = {};
+ * const rate = compileRate({ per_second: 1, burst: 1 });
+ * spendConnectionToken(bucket, rate, 0); // 0
+ * spendConnectionToken(bucket, rate, 0); // 1000
+ * ```
+ */
+export function spendConnectionToken(
+  bucket: { rateTat?: number },
+  rate: CompiledRate,
+  nowMs: number,
+): number {
+  const now = Math.floor(nowMs * 1000);
+  const interval = Number(rate.intervalUs);
+  const next = Math.max(bucket.rateTat ?? now, now) + interval;
+  const ahead = next - now;
+  const tolerance = Number(rate.toleranceUs);
+  if (ahead > tolerance) return (ahead - tolerance) / 1000;
+  bucket.rateTat = next;
+  return 0;
+}

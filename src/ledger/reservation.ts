@@ -7,6 +7,12 @@
  */
 import type { LaneName } from "./lane.ts";
 
+/** The connection a reservation counts against (see `ConnectionBudget` in ledger.ts). */
+export interface ConnectionHold {
+  active: number;
+  released?(): void;
+}
+
 /** What a reservation needs from the ledger that issued it. */
 export interface ReservationOwner {
   settle(ticket: Reservation, completed: boolean): void;
@@ -24,7 +30,7 @@ export class Reservation {
   /** Absolute deadline for the response headers, on the ledger's clock (ms). */
   readonly deadline: number;
   /** The connection budget the request counts against, if any. */
-  readonly connection?: { active: number };
+  readonly connection?: ConnectionHold;
   #owner: ReservationOwner;
   #live = true;
 
@@ -35,7 +41,7 @@ export class Reservation {
     laneIndex: number,
     fromReserve: boolean,
     deadline: number,
-    connection?: { active: number },
+    connection?: ConnectionHold,
   ) {
     this.#owner = owner;
     this.lane = lane;

@@ -9,7 +9,7 @@ import { OVERLOAD_KINDS } from "../ledger/overload.ts";
 import type { LedgerSnapshot } from "../ledger/snapshot.ts";
 import type { EgressSnapshot } from "../egress/egress.ts";
 import type { PolicyStats } from "../policy/stats.ts";
-import { type ResponseStats, STATUS_CLASSES } from "./stats.ts";
+import { CUT_REASONS, type ResponseStats, STATUS_CLASSES } from "./stats.ts";
 import { BUCKETS, type RequestMetrics } from "./request_metrics.ts";
 
 /** Edge-level facts rendered beside the ledger. */
@@ -186,6 +186,24 @@ export function renderMetrics(
     "counter",
     "Malformed or timed-out request heads.",
     perLane((l) => stats.read(l).protocol_errors),
+  );
+  family(
+    "responses_cut_total",
+    "counter",
+    "Replies cut off after they started: the client did not take them (send_timeout) or a tunnel idled out (tunnel_idle).",
+    LANE_NAMES.flatMap((lane) => {
+      const read = stats.read(lane);
+      return CUT_REASONS.map((reason): [string, number] => [
+        `{lane="${lane}",reason="${reason}"}`,
+        read.cut[reason],
+      ]);
+    }),
+  );
+  family(
+    "pipelined_abandoned_total",
+    "counter",
+    "Pipelined requests dropped unserved because their client closed the connection.",
+    perLane((l) => stats.read(l).abandoned),
   );
   const perInstance = (
     pick: (i: EgressSnapshot["instances"][number]) => number,

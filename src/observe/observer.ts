@@ -21,8 +21,8 @@ export class RequestRecord {
   readonly lane: LaneName;
   readonly requestId: string;
   readonly method: string;
-  /** The path without its query. */
-  readonly path: string;
+  /** The path without its query: as received until the head checks made it canonical. */
+  path: string;
   readonly peer: string;
   readonly bytesIn: number;
   /** The tenant's host (hashed before it leaves the process). */
@@ -66,6 +66,12 @@ export class RequestRecord {
       "http.request.method": this.method,
       "url.path": this.path,
     });
+  }
+
+  /** Records the canonical path: the one every phase, the upstream and the log see. */
+  canonical(path: string): void {
+    this.path = path;
+    this.span?.setAttribute("url.path", path);
   }
 
   /** Starts a phase span under the request's root; undefined when tracing is off. */

@@ -1,6 +1,8 @@
 /**
  * Response counters per lane: status classes, withheld responses (dropped or held connections),
- * and protocol errors answered before a request was parsed. Fixed size; no per-request records.
+ * protocol errors answered before a request was parsed, replies cut off because the client did not
+ * take them (or a tunnel idled out), and pipelined requests dropped unserved because their client
+ * left. Fixed size; no per-request records.
  *
  * @module
  */
@@ -8,9 +10,15 @@ import { LANE_NAMES, laneIndex, type LaneName } from "../ledger/lane.ts";
 
 /** Status classes counted, in order. */
 export const STATUS_CLASSES = ["1xx", "2xx", "3xx", "4xx", "5xx"] as const;
-const STRIDE = STATUS_CLASSES.length + 2;
+/** Why a reply was cut off after it started. */
+export const CUT_REASONS = ["send_timeout", "tunnel_idle"] as const;
+/** A reason in {@link CUT_REASONS}. */
+export type CutReason = typeof CUT_REASONS[number];
+const STRIDE = STATUS_CLASSES.length + 3 + CUT_REASONS.length;
 const WITHHELD = STATUS_CLASSES.length;
 const PROTOCOL = STATUS_CLASSES.length + 1;
+const ABANDONED = STATUS_CLASSES.length + 2;
+const CUT = STATUS_CLASSES.length + 3;
 const STRIPE_LENGTH = LANE_NAMES.length * STRIDE;
 const STRIPE_BYTES = STRIPE_LENGTH * 8;
 
@@ -56,11 +64,23 @@ export class ResponseStats {
     this.#counts[laneIndex(lane) * STRIDE + PROTOCOL]++;
   }
 
+  /** Counts a reply cut off after it started (a slow reader, an idle tunnel). */
+  cut(lane: LaneName, reason: CutReason): void {
+    this.#counts[laneIndex(lane) * STRIDE + CUT + CUT_REASONS.indexOf(reason)]++;
+  }
+
+  /** Counts pipelined requests dropped unserved because their client left. */
+  abandoned(lane: LaneName, count: number): void {
+    this.#counts[laneIndex(lane) * STRIDE + ABANDONED] += count;
+  }
+
   /** Reads one lane's counters. */
   read(lane: LaneName): {
     responses: Record<typeof STATUS_CLASSES[number], number>;
     withheld: number;
     protocol_errors: number;
+    abandoned: number;
+    cut: Record<CutReason, number>;
   } {
     const base = laneIndex(lane) * STRIDE;
     const sum = (offset: number) => {
@@ -72,6 +92,14 @@ export class ResponseStats {
     };
     const responses = {} as Record<typeof STATUS_CLASSES[number], number>;
     STATUS_CLASSES.forEach((cls, i) => responses[cls] = sum(i));
-    return { responses, withheld: sum(WITHHELD), protocol_errors: sum(PROTOCOL) };
+    const cut = {} as Record<CutReason, number>;
+    CUT_REASONS.forEach((reason, i) => cut[reason] = sum(CUT + i));
+    return {
+      responses,
+      withheld: sum(WITHHELD),
+      protocol_errors: sum(PROTOCOL),
+      abandoned: sum(ABANDONED),
+      cut,
+    };
   }
 }

@@ -79,7 +79,7 @@ export function placeholders(location: string): string[] {
  * import { runAction } from "./actions.ts";
  * const reply = runAction(
  *   { kind: "redirect", status: 308, location: "https://new.example", keepPath: true },
- *   { method: "GET", path: "/a/b", query: "?x=1", host: "old.example" },
+ *   { path: "/a/b", query: "?x=1" },
  *   {},
  * );
  * reply.headers?.location; // "https://new.example/a/b?x=1"
@@ -87,7 +87,7 @@ export function placeholders(location: string): string[] {
  */
 export function runAction(
   action: LocalAction,
-  head: RequestHead,
+  head: Pick<RequestHead, "path" | "query">,
   params: Readonly<Record<string, string>>,
 ): Reply {
   if (action.kind === "respond") {

@@ -19,6 +19,8 @@ export type FailureKind =
   | "no_route"
   | "misdirected_request"
   | "bad_request"
+  | "body_not_allowed"
+  | "ambiguous_path"
   | "header_fields_too_large"
   | "uri_too_long"
   | "request_timeout"
@@ -48,6 +50,11 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "Too many concurrent requests on this connection",
   },
   rate_budget: { status: 429, source: "client", message: "This lane's request rate is exhausted" },
+  connection_rate: {
+    status: 429,
+    source: "client",
+    message: "Too many requests on this connection",
+  },
   aggregate_full: { status: 503, source: "internal", message: "The gateway is at capacity" },
   byte_budget: {
     status: 503,
@@ -68,6 +75,16 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "This gateway does not serve the requested host",
   },
   bad_request: { status: 400, source: "client", message: "The request is malformed" },
+  body_not_allowed: {
+    status: 400,
+    source: "client",
+    message: "This method does not take a request body",
+  },
+  ambiguous_path: {
+    status: 400,
+    source: "client",
+    message: "The request path is ambiguous",
+  },
   header_fields_too_large: {
     status: 431,
     source: "client",

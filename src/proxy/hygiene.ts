@@ -10,11 +10,17 @@
  * - Hop-by-hop fields go in both directions (RFC 9110 §7.6.1; RFC 7230 §6.1 listed Trailer too):
  *   Connection, Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade,
  *   Proxy-Authenticate and Proxy-Authorization (RFC 9110 §11.7: meant for the first proxy), and
- *   every field a Connection header names. Content-Length is never removed by a Connection token:
- *   RFC 9110 §7.6.1 forbids naming a field meant for all recipients, and dropping it would unframe
- *   the body. Transfer-Encoding goes, Content-Length passes: the HTTP client that sends the list
- *   frames the body and keeps it consistent (RFC 9112 §6). TE goes too (`te: trailers` is the
- *   client's to add on h2).
+ *   every field a Connection header names. TE goes too (`te: trailers` is the client's to add on
+ *   h2).
+ * - Framing (RFC 9112 §6): upstream, the client's Content-Length and Transfer-Encoding never pass.
+ *   The gateway writes the framing of the body it forwards itself, right after Host — one
+ *   `Content-Length: <n>` or `Transfer-Encoding: chunked`, from the framing the head checks read —
+ *   for every method, so every body byte travels inside a frame the gateway wrote (node's client
+ *   frames nothing for GET, HEAD, OPTIONS or DELETE unless told). Downstream, Content-Length
+ *   passes unless the response also named Transfer-Encoding (then the body was chunked and its
+ *   length is whatever was decoded): a stale length would desynchronise the client's connection.
+ *   Content-Length is never removed by a Connection token: RFC 9110 §7.6.1 forbids naming a field
+ *   meant for all recipients.
  * - Upgrade (RFC 9110 §7.8): a protocol switch being tunnelled keeps its Upgrade field(s) and gets
  *   exactly one `Connection: upgrade`, since a sender of Upgrade must list it in Connection; none is
  *   written when no Upgrade field survives.
@@ -25,13 +31,25 @@
  * - Forwarding (RFC 7239 defines Forwarded; X-Forwarded-* is its de-facto predecessor): every
  *   client-supplied X-Forwarded-*, X-Real-IP, Forwarded, X-Original-URL, X-Rewrite-URL and
  *   X-Request-Id is dropped and the gateway writes its own. X-Forwarded-For keeps the inbound chain
- *   only when the direct peer is a trusted proxy; X-Real-IP is the effective client. A Unix-socket
- *   peer ("") has no address: it is never trusted and neither header is written. Forwarded itself
- *   is not emitted.
+ *   only when the direct peer is a trusted proxy; X-Real-IP is the effective client.
+ *   X-Forwarded-Proto is the scheme of the listener that accepted the request, or a trusted
+ *   proxy's own `http`/`https` claim. A Unix-socket peer ("") has no address: it is never trusted
+ *   and neither address header is written. Forwarded itself is not emitted.
+ * - Client-address claims (`True-Client-IP`, `X-Client-IP`, `CF-Connecting-IP`, … — a configured
+ *   list, `DEFAULT_CLIENT_IP_HEADERS` by default): upstream frameworks read them as the
+ *   client's address, so they pass only from a trusted proxy.
+ * - Via (RFC 9110 §7.6.3): with a pseudonym configured, the gateway appends `1.1 <pseudonym>` to
+ *   the Via list of every message it forwards, both ways. The pseudonym is the operator's choice,
+ *   never the node id (which would name the machine to every upstream and client).
  *
  * @module
  */
+import { DEFAULT_CLIENT_IP_HEADERS } from "../request/client_ip_headers.ts";
+import type { BodyFraming } from "../server/request_head.ts";
 import { type AddressSet, canonicalAddress } from "./cidr.ts";
+
+const DEFAULT_CLIENT_IP_SET: ReadonlySet<string> = new Set(DEFAULT_CLIENT_IP_HEADERS);
+const NO_NAMES: ReadonlySet<string> = new Set();
 
 /** What the upstream list is built from; values are written as given (earlier phases check them). */
 export interface ForwardContext {
@@ -39,7 +57,7 @@ export interface ForwardContext {
   readonly peer: string;
   /** gateway.trusted_proxies. */
   readonly trusted: AddressSet;
-  /** The scheme the client used. */
+  /** The scheme of the listener that accepted the request. */
   readonly proto: "http" | "https";
   /** The inbound Host value as received, for X-Forwarded-Host ("" writes none). */
   readonly host: string;
@@ -53,6 +71,12 @@ export interface ForwardContext {
   readonly authority: string;
   /** True for an HTTP/1.1 Upgrade request being tunnelled. */
   readonly upgrade: boolean;
+  /** The framing of the body the gateway forwards (default: none). */
+  readonly body?: BodyFraming;
+  /** The Via pseudonym; absent writes no Via of the gateway's own. */
+  readonly via?: string;
+  /** Lower-case client-address header names kept only from a trusted peer. */
+  readonly clientIpHeaders?: ReadonlySet<string>;
 }
 
 const IDENTITY_PREFIX = "x-portcullis-";
@@ -67,11 +91,16 @@ const UPGRADE = 2;
 const REBUILT = 3;
 /** The gateway's own: X-Portcullis-* and X-Request-Id, dropped both ways and re-added. */
 const OURS = 4;
-/** Content-Length: kept, and immune to Connection tokens. */
+/** Content-Length: rewritten upstream, kept downstream (unless chunked), immune to Connection. */
 const LENGTH = 5;
+/** A client-address claim: kept upstream only from a trusted peer. */
+const CLIENT_IP = 6;
+/** Via: re-emitted as one list with the gateway's entry appended (when a pseudonym is set). */
+const VIA = 7;
 
-const KEEP_UPSTREAM = [true, false, false, false, false, true];
-const KEEP_DOWNSTREAM = [true, false, false, true, false, true];
+const KEEP_UPSTREAM = [true, false, false, false, false, false, false, true];
+const KEEP_UPSTREAM_TRUSTED = [true, false, false, false, false, false, true, true];
+const KEEP_DOWNSTREAM = [true, false, false, true, false, true, true, true];
 
 const KINDS: ReadonlyMap<string, number> = new Map<string, number>([
   ...["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding"]
@@ -85,22 +114,30 @@ const KINDS: ReadonlyMap<string, number> = new Map<string, number>([
     .map((name): [string, number] => [name, REBUILT]),
   ["x-request-id", OURS],
   ["content-length", LENGTH],
+  ["via", VIA],
 ]);
 
-/** One pass over a raw list: normalised names, kinds, Connection tokens, X-Forwarded-For values. */
+/** One pass over a raw list: normalised names, kinds, Connection tokens, forwarding values. */
 interface Scan {
   /** Lower case, "_" read as "-". */
   readonly names: string[];
   readonly kinds: number[];
   readonly nominated: ReadonlySet<string>;
   readonly forwardedFor: string[];
+  /** The last X-Forwarded-Proto value, if any. */
+  readonly forwardedProto?: string;
+  /** Via values in order. */
+  readonly via: string[];
+  /** True when a Transfer-Encoding field is present. */
+  readonly chunked: boolean;
 }
 
 /**
- * Builds the header list to send upstream: hop-by-hop and client identity/forwarding claims
- * removed, `Host: <authority>` first, then the surviving fields in order, then (for a tunnelled
- * upgrade) `Connection: upgrade`, the X-Portcullis-Tenant/-Route/-Request-Id headers, and
- * X-Forwarded-For, X-Real-IP, X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id.
+ * Builds the header list to send upstream: hop-by-hop, framing and client identity/forwarding
+ * claims removed, `Host: <authority>` first, then the gateway's own framing of the body, then the
+ * surviving fields in order, then (for a tunnelled upgrade) `Connection: upgrade`, Via, the
+ * X-Portcullis-Tenant/-Route/-Request-Id headers, and X-Forwarded-For, X-Real-IP,
+ * X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id.
  *
  * @param raw the inbound `rawHeaders`
  * @param context the resolved request facts
@@ -119,35 +156,62 @@ interface Scan {
  * ```
  */
 export function upstreamHeaders(raw: readonly string[], context: ForwardContext): string[] {
-  const scanned = scan(raw);
+  const peer = canonicalAddress(context.peer) ?? "";
+  const trusted = peer !== "" && context.trusted.has(peer);
+  const scanned = scan(raw, context.clientIpHeaders ?? DEFAULT_CLIENT_IP_SET);
   const out = ["Host", context.authority];
-  if (keep(raw, scanned, KEEP_UPSTREAM, context.upgrade, out)) out.push("Connection", "upgrade");
+  const body = context.body ?? "none";
+  if (body === "chunked") out.push("Transfer-Encoding", "chunked");
+  else if (body !== "none") out.push("Content-Length", String(body));
+  const keeps = trusted ? KEEP_UPSTREAM_TRUSTED : KEEP_UPSTREAM;
+  if (keep(raw, scanned, keeps, context.upgrade, out)) out.push("Connection", "upgrade");
+  appendVia(out, scanned.via, context.via);
   out.push("X-Portcullis-Tenant", context.tenant, "X-Portcullis-Route", context.route);
   out.push("X-Portcullis-Request-Id", context.requestId);
-  appendForwarded(out, scanned.forwardedFor, context);
+  appendForwarded(out, scanned, context, peer, trusted);
   return out;
 }
 
 /** Appends X-Forwarded-For, X-Real-IP, X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id. */
-function appendForwarded(out: string[], forwardedFor: string[], context: ForwardContext): void {
-  const peer = canonicalAddress(context.peer) ?? "";
-  const trusted = peer !== "" && context.trusted.has(peer);
+function appendForwarded(
+  out: string[],
+  scanned: Scan,
+  context: ForwardContext,
+  peer: string,
+  trusted: boolean,
+): void {
+  const forwardedFor = scanned.forwardedFor;
   const chain = trusted ? joinChain(forwardedFor, peer) : peer;
   if (chain !== "") out.push("X-Forwarded-For", chain);
   const client = trusted ? walkChain(forwardedFor, peer, context.trusted) : peer;
   if (client !== "") out.push("X-Real-IP", client);
-  out.push("X-Forwarded-Proto", context.proto);
+  const claimed = trusted ? scanned.forwardedProto?.trim().toLowerCase() : undefined;
+  const proto = claimed === "https" || claimed === "http" ? claimed : context.proto;
+  out.push("X-Forwarded-Proto", proto);
   if (context.host !== "") out.push("X-Forwarded-Host", context.host);
   out.push("X-Request-Id", context.requestId);
 }
 
+/** Writes the message's Via list with `1.1 <pseudonym>` appended (the list as it was without one). */
+function appendVia(out: string[], via: readonly string[], pseudonym: string | undefined): void {
+  let list = "";
+  for (const value of via) {
+    const trimmed = value.trim();
+    if (trimmed !== "") list += list === "" ? trimmed : `, ${trimmed}`;
+  }
+  if (pseudonym !== undefined) list += list === "" ? `1.1 ${pseudonym}` : `, 1.1 ${pseudonym}`;
+  if (list !== "") out.push("Via", list);
+}
+
 /**
  * Builds the header list to send the client from an upstream response: hop-by-hop fields and the
- * upstream's X-Portcullis-* and X-Request-Id removed, `X-Request-Id: <requestId>` appended.
+ * upstream's X-Portcullis-* and X-Request-Id removed (Content-Length too when the response was
+ * chunked), Via extended with the gateway's pseudonym, `X-Request-Id: <requestId>` appended.
  *
  * @param raw the upstream response's `rawHeaders`
  * @param requestId the request id to echo
- * @param upgrade true when relaying the 101 of a tunnelled upgrade (keeps Upgrade)
+ * @param options `upgrade` when relaying the 101 of a tunnelled upgrade (keeps Upgrade); `via`,
+ *   the gateway's Via pseudonym
  * @example
  * ```ts
  * import assert from "node:assert/strict";
@@ -159,10 +223,14 @@ function appendForwarded(out: string[], forwardedFor: string[], context: Forward
 export function downstreamHeaders(
   raw: readonly string[],
   requestId: string,
-  upgrade = false,
+  options: { readonly upgrade?: boolean; readonly via?: string } = {},
 ): string[] {
   const out: string[] = [];
-  if (keep(raw, scan(raw), KEEP_DOWNSTREAM, upgrade, out)) out.push("Connection", "upgrade");
+  const scanned = scan(raw, NO_NAMES);
+  if (keep(raw, scanned, KEEP_DOWNSTREAM, options.upgrade ?? false, out)) {
+    out.push("Connection", "upgrade");
+  }
+  appendVia(out, scanned.via, options.via);
   out.push("X-Request-Id", requestId);
   return out;
 }
@@ -211,21 +279,28 @@ export function isIdentityHeader(name: string): boolean {
   return normalize(name.toLowerCase()).startsWith(IDENTITY_PREFIX);
 }
 
-/** Reads names, kinds, Connection tokens and X-Forwarded-For values in one pass. */
-function scan(raw: readonly string[]): Scan {
+/** Reads names, kinds, Connection tokens and the forwarding values in one pass. */
+function scan(raw: readonly string[], clientIp: ReadonlySet<string>): Scan {
   const names: string[] = [];
   const kinds: number[] = [];
   const nominated = new Set<string>();
   const forwardedFor: string[] = [];
+  const via: string[] = [];
+  let forwardedProto: string | undefined;
+  let chunked = false;
   for (let index = 0; index < raw.length; index += 2) {
     const lower = raw[index].toLowerCase();
     const name = normalize(lower);
     names.push(name);
-    kinds.push(kindOf(name, name !== lower));
+    const kind = clientIp.has(name) ? CLIENT_IP : kindOf(name, name !== lower);
+    kinds.push(kind);
     if (lower === "connection") addTokens(nominated, raw[index + 1]);
     else if (lower === "x-forwarded-for") forwardedFor.push(raw[index + 1]);
+    else if (lower === "x-forwarded-proto") forwardedProto = raw[index + 1];
+    else if (kind === VIA) via.push(raw[index + 1]);
+    else if (lower === "transfer-encoding") chunked = true;
   }
-  return { names, kinds, nominated, forwardedFor };
+  return { names, kinds, nominated, forwardedFor, forwardedProto, via, chunked };
 }
 
 /** Reads "_" as "-" in a lower-case name. */
@@ -251,7 +326,8 @@ function addTokens(into: Set<string>, value: string): void {
 
 /**
  * Copies the fields a direction keeps into `out`, in order. An Upgrade field is kept exactly when
- * `upgrade` is set; Content-Length ignores Connection tokens.
+ * `upgrade` is set; Content-Length ignores Connection tokens and goes when the message was
+ * chunked; Via is written separately.
  *
  * @returns true when an Upgrade field was kept
  */
@@ -262,13 +338,15 @@ function keep(
   upgrade: boolean,
   out: string[],
 ): boolean {
-  const { names, kinds, nominated } = scanned;
+  const { names, kinds, nominated, chunked } = scanned;
   let upgraded = false;
   for (let header = 0; header < kinds.length; header++) {
     const kind = kinds[header];
     const kept = kind === UPGRADE
       ? upgrade
-      : keeps[kind] && (kind === LENGTH || nominated.size === 0 || !nominated.has(names[header]));
+      : kind === LENGTH
+      ? keeps[kind] && !chunked
+      : kind !== VIA && keeps[kind] && (nominated.size === 0 || !nominated.has(names[header]));
     if (!kept) continue;
     out.push(raw[header * 2], raw[header * 2 + 1]);
     upgraded ||= kind === UPGRADE;

@@ -12,7 +12,7 @@
  * @module
  */
 import http from "node:http";
-import { type Duplex, Transform } from "node:stream";
+import type { Duplex } from "node:stream";
 import { backoffMs, retryEligible } from "../egress/retry.ts";
 import { DirectConnectError } from "../egress/agents.ts";
 import type { Egress, Way } from "../egress/egress.ts";
@@ -22,13 +22,28 @@ import type { Reply } from "../server/reply.ts";
 import type { Backend, ProxyAction } from "./actions.ts";
 import type { AddressSet } from "./cidr.ts";
 import { type FailureKind, GatewayError } from "./errors.ts";
+import { carriesBody } from "../server/request_head.ts";
 import { downstreamHeaders, upstreamHeaders } from "./hygiene.ts";
 import { streamUpstream } from "./stream.ts";
+import { forwardBody } from "./forward_body.ts";
+import { applyRewrite } from "./rewrite.ts";
+import type { PathRules } from "../request/canonical_path.ts";
+
+/** How forwarded messages are marked: the Via pseudonym and the client-address claims. */
+export interface Forwarding {
+  /** The Via pseudonym (`forwarding.via`); absent when the operator turned Via off. */
+  readonly via?: string;
+  /** Lower-case client-address header names kept only from a trusted proxy. */
+  readonly clientIpHeaders: ReadonlySet<string>;
+}
 
 /** What the proxy phase needs from the edge. */
 export interface UpstreamServices {
   readonly egress: Egress;
   readonly trusted: AddressSet;
+  readonly forwarding: Forwarding;
+  /** The edge's path rules: a rewritten path is made canonical again by them. */
+  readonly paths: PathRules;
   readonly clock: () => number;
   readonly log: (line: string) => void;
 }
@@ -81,9 +96,15 @@ export async function proxyRequest(
   const { egress } = services;
   const request = context.request;
   const method = context.head.method;
-  const hasBody = requestHasBody(context);
-  const path = (action.rewrite ? action.rewrite(context.head.path, params) : context.head.path) +
-    context.head.query;
+  const hasBody = carriesBody(context.head.body);
+  const rewritten = action.rewrite
+    ? applyRewrite(action.rewrite, context.head.path, params, services.paths)
+    : context.head.path;
+  if (typeof rewritten !== "string") {
+    services.log(`portcullis: request ${context.requestId}: refused: ${rewritten.detail}`);
+    throw new GatewayError("ambiguous_path");
+  }
+  const path = rewritten + context.head.query;
   const eligible = retryEligible(method, action.retryPost);
   const h2 = request.httpVersionMajor === 2;
   let tried: Set<number> | undefined;
@@ -107,13 +128,16 @@ export async function proxyRequest(
     const headers = upstreamHeaders(h2 ? withoutPseudo(request.rawHeaders) : request.rawHeaders, {
       peer: context.peer,
       trusted: services.trusted,
-      proto: "http",
+      proto: context.tls ? "https" : "http",
       host: typeof request.headers.host === "string" ? request.headers.host : context.head.host,
       requestId: context.requestId,
       tenant: action.tenant,
       route: action.route,
       authority: backend.authority,
       upgrade: context.upgrade !== undefined,
+      body: context.head.body,
+      via: services.forwarding.via,
+      clientIpHeaders: services.forwarding.clientIpHeaders,
     });
     const record = context.record;
     if (record) record.attempts = attempt;
@@ -137,13 +161,18 @@ export async function proxyRequest(
         if (context.upgrade!.head.byteLength > 0) answer.tunnel.socket.write(context.upgrade!.head);
         return {
           status: 101,
-          rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId, true),
+          rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId, {
+            upgrade: true,
+            via: services.forwarding.via,
+          }),
           tunnel: answer.tunnel,
         };
       }
       return {
         status: answer.response.statusCode ?? 502,
-        rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId),
+        rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId, {
+          via: services.forwarding.via,
+        }),
         stream: streamUpstream(answer.response, finish),
       };
     } catch (error) {
@@ -202,14 +231,6 @@ function withoutPseudo(raw: readonly string[]): string[] {
   return out;
 }
 
-/** True when the request carries a body (Content-Length above 0, or chunked). */
-function requestHasBody(context: RequestContext): boolean {
-  const headers = context.request.headers;
-  if (headers["transfer-encoding"] !== undefined) return true;
-  const length = headers["content-length"];
-  return length !== undefined && length !== "0";
-}
-
 /** What an attempt got back: response headers, and for a 101 the upstream socket. */
 interface Answer {
   readonly response: http.IncomingMessage;
@@ -235,6 +256,7 @@ function sendAttempt(
     };
     let bodyTaken = false;
     let settled = false;
+    let stopBody: (() => void) | undefined;
     const upstream = http.request({
       host: backend.hostname,
       port: backend.port,
@@ -244,22 +266,25 @@ function sendAttempt(
       agent: way.agent,
       setHost: false,
     });
+    refuseTransparentRetry(upstream);
     const settle = (error: AttemptFailure | null, answer?: Answer) => {
       if (settled) {
         answer?.tunnel?.socket.destroy();
         return;
       }
       settled = true;
-      stopWaiting();
+      waiting.stop();
       if (error) {
-        if (bodyTaken) context.request.unpipe();
+        stopBody?.();
         upstream.destroy();
         reject(error);
       } else {
         resolve(answer!);
       }
     };
-    const stopWaiting = context.onAbort(() =>
+    // Set after the call: an already aborted request runs the listener (and settle) at once.
+    const waiting = { stop: () => {} };
+    waiting.stop = context.onAbort(() =>
       settle(
         new AttemptFailure("upstream_timeout", new Error("Aborted: deadline or client gone"), {
           instanceOk: !connected(),
@@ -270,26 +295,34 @@ function sendAttempt(
       )
     );
     if (settled) return;
-    // Over the body limit: whatever the upstream got is cut off before it is complete.
-    const tooLarge = () => {
-      if (settled) upstream.destroy();
-      else {
-        settle(
-          new AttemptFailure("payload_too_large", new Error("Request body over the caps limit"), {
-            instanceOk: true,
-            backendOk: true,
-            unsent: false,
-            bodyTaken: true,
-          }),
-        );
+    // Over the body limit (or, never expected, past the declared length): whatever the upstream
+    // got is cut off before it is complete, and the connection is destroyed, never reused.
+    const overflow = (reason: "limit" | "length") => {
+      if (settled) {
+        upstream.destroy();
+        return;
       }
+      const kind = reason === "limit" ? "payload_too_large" : "bad_request";
+      settle(
+        new AttemptFailure(kind, new Error(`Request body over the ${reason}`), {
+          instanceOk: true,
+          backendOk: true,
+          unsent: false,
+          bodyTaken: true,
+        }),
+      );
     };
     if (hasBody) {
       upstream.once("socket", (socket) => {
         const start = () => {
+          if (settled) return;
           bodyTaken = true;
-          if (bodyLimit === undefined) context.request.pipe(upstream);
-          else context.request.pipe(capBody(bodyLimit, tooLarge)).pipe(upstream);
+          const framing = context.head.body;
+          stopBody = forwardBody(context.request, upstream, {
+            declared: typeof framing === "number" ? framing : undefined,
+            limit: bodyLimit,
+            overflow,
+          });
         };
         if (socket.connecting) socket.once("connect", start);
         else start();
@@ -308,22 +341,16 @@ function sendAttempt(
 }
 
 /**
- * A pass-through that counts body bytes and calls `over` (forwarding nothing more) once they
- * exceed `limit`.
+ * Deno 2.9.6's `node:http` client re-sends a request on a new connection by itself when the pooled
+ * keep-alive socket it was written to closes before a response — also when the gateway destroys
+ * the request, and also after body bytes went out. Measured: a DELETE arrived twice, and a body
+ * whose first bytes had gone out arrived again on a fresh connection *without its head*, read by
+ * nginx as a request of its own (request smuggling). Retries are the gateway's decision, made with
+ * what it knows was sent (retry.ts), so the client's own replay is switched off: its guard treats
+ * a request that is already being retried as not retryable.
  */
-function capBody(limit: number, over: () => void): Transform {
-  let seen = 0;
-  return new Transform({
-    transform(chunk: Uint8Array, _encoding, callback) {
-      seen += chunk.byteLength;
-      if (seen > limit) {
-        over();
-        callback();
-        return;
-      }
-      callback(null, chunk);
-    },
-  });
+function refuseTransparentRetry(request: http.ClientRequest): void {
+  (request as unknown as { _retrying: boolean })._retrying = true;
 }
 
 /** Classifies a failed attempt for the pool, the retry rule and the client. */

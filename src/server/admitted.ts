@@ -23,6 +23,8 @@ export class AdmittedRequest implements RequestContext {
   readonly requestId: string;
   readonly peer: string;
   readonly serverName?: string;
+  readonly tls: boolean;
+  readonly secure: boolean;
   readonly ticket: Reservation;
   readonly request: IncomingMessage;
   readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
@@ -30,6 +32,8 @@ export class AdmittedRequest implements RequestContext {
   timeoutKind: FailureKind = "deadline_exceeded";
   finishReply?: (reply: Reply) => Reply;
   aborted = false;
+  /** True once the request's body turned out malformed (the reply is then a 400). */
+  bodyBroken = false;
   #listeners?: Set<() => void>;
 
   /** @param fields everything but the abort state */
@@ -42,6 +46,8 @@ export class AdmittedRequest implements RequestContext {
     this.requestId = fields.requestId;
     this.peer = fields.peer;
     this.serverName = fields.serverName;
+    this.tls = fields.tls;
+    this.secure = fields.secure;
     this.ticket = fields.ticket;
     this.request = fields.request;
     this.upgrade = fields.upgrade;
@@ -56,6 +62,12 @@ export class AdmittedRequest implements RequestContext {
     }
     (this.#listeners ??= new Set()).add(listener);
     return () => this.#listeners?.delete(listener);
+  }
+
+  /** The parser gave up on this request's body: abort what waits on it, and answer 400. */
+  breakBody(): void {
+    this.bodyBroken = true;
+    this.abort();
   }
 
   /** Aborts whatever waits on this request (deadline, client gone); idempotent. */

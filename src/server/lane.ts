@@ -27,6 +27,10 @@ export interface RequestContext {
   readonly peer: string;
   /** The SNI name of a TLS connection, lower case; undefined on plain HTTP. */
   readonly serverName?: string;
+  /** True when the listener that accepted the request speaks TLS. */
+  readonly tls: boolean;
+  /** True when the client's own connection is TLS: ours, or a trusted proxy's that says so. */
+  readonly secure: boolean;
   /** The request's ledger reservation. */
   readonly ticket: Reservation;
   /** The request itself, for its body (read it only to forward it). */

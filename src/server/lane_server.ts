@@ -13,6 +13,10 @@
  *
  * Connections are counted against the lane's ceiling when accepted, before any byte is parsed;
  * the head timeout, idle timeout and header-size cap are the server's (see docs/decisions.md).
+ * Pipelined requests beyond a connection's `per_connection` bound wait unparsed-ahead and are
+ * dropped if the client leaves (connection_state.ts); a reply the client does not take is cut off
+ * (delivery_watch.ts). On a plain-HTTP listener no reply carries Strict-Transport-Security
+ * (RFC 6797 §7.2).
  *
  * @module
  */
@@ -25,20 +29,26 @@ import type { ResponseStats } from "../observe/stats.ts";
 import type { Observer, RequestRecord } from "../observe/observer.ts";
 import { failureReply, GatewayError } from "../proxy/errors.ts";
 import { requestIdFor } from "../proxy/request_id.ts";
+import { type AddressSet, canonicalAddress } from "../proxy/cidr.ts";
 import { AdmittedRequest } from "./admitted.ts";
 import {
-  connectionOf,
+  connectionOf as connectionKeyOf,
   describe,
   overloadReply,
   serverNameOf,
   WaitingReply,
 } from "./request_support.ts";
+import { ConnectionState } from "./connection_state.ts";
+import { ParseGate, preferListeners } from "./parse_gate.ts";
 import { DeadlineSweep } from "./deadline_sweep.ts";
+import { DeliveryWatch } from "./delivery_watch.ts";
+import { withoutHsts } from "./plain_reply.ts";
 import type { LaneTable } from "./lane.ts";
 import { type Outlet, responseOutlet, socketOutlet } from "./outlet.ts";
 import { writeRawReply } from "./raw_reply.ts";
 import type { Reply } from "./reply.ts";
-import { readHead } from "./request_head.ts";
+import { carriesBody, readHead } from "./request_head.ts";
+import type { PathRules } from "../request/canonical_path.ts";
 import { createSubstrate, type Substrate, type TlsServing } from "./substrate.ts";
 import { writeReply } from "./write.ts";
 
@@ -51,6 +61,8 @@ export interface LaneServices {
   readonly log: (line: string) => void;
   /** Metrics, access log and traces per request (absent: nothing is observed). */
   readonly observer?: Observer;
+  /** Peers whose `X-Forwarded-Proto` is believed (a TLS-terminating proxy in front). */
+  readonly trusted?: AddressSet;
 }
 
 /** Server-level limits, from the bootstrap config. */
@@ -61,6 +73,14 @@ export interface ServerLimits {
   readonly headerBytes: number;
   readonly headers: number;
   readonly targetBytes: number;
+  /** A reply whose waiting bytes the client does not take for this long is cut off. */
+  readonly sendMs: number;
+  /** While bytes wait, the least the client must take per second (0: any progress). */
+  readonly minSendRate: number;
+  /** An Upgrade tunnel quiet both ways this long is closed (absent: never). */
+  readonly tunnelIdleMs?: number;
+  /** How paths are made canonical. */
+  readonly paths: PathRules;
 }
 
 /** Options for {@link createLaneServer}. */
@@ -85,42 +105,33 @@ export function createLaneServer<S extends LaneServices>(
   const { lane, services, limits, armed } = options;
   const name = lane.descriptor.name;
   const { ledger, stats } = services;
-  const budgets = new WeakMap<object, ConnectionBudget>();
+  const connections = new WeakMap<object, ConnectionBudget>();
+  /** Admitted requests with a body still arriving: how to end each if its body turns out broken. */
+  const bodyBreakers = new WeakMap<object, () => void>();
   const drains = lane.descriptor.drains;
   const laneProfile = ledger.profile.lanes.find((p) => p.name === name)!;
   const deadlines = new DeadlineSweep(laneProfile.deadlineMs, () => ledger.now());
+  const deliveries = new DeliveryWatch(limits);
+  const tls = options.tls !== undefined;
 
   const substrate = createSubstrate(limits, options.tls, function serveLaneRequest(
     request,
     response,
   ) {
-    const requestId = requestIdFor(request.headers["x-request-id"]);
-    const record = observe(request, requestId);
-    if (record) services.observer!.finishOnClose(record, response, request.socket);
-    if (drains && services.state.draining) {
-      send(failureReply("draining", requestId), requestId, (reply, extra) => {
-        extra.connection = "close";
-        writeReply(response, reply, extra);
-      }, record);
-      return;
+    const connection = connectionOf(request);
+    if (connection instanceof ConnectionState) {
+      // A client that has gone gets no work done for it, parsed or not.
+      if (request.socket.destroyed) return connection.drop();
+      // Parsed after the connection's end was decided: a strict peer would never have seen it.
+      if (connection.closing) return connection.drop();
+      if (!response.shouldKeepAlive) connection.close();
+      connection.reading = request;
+      if (connection.mustWait()) {
+        connection.wait(() => admitRequest(request, response, connection));
+        return;
+      }
     }
-    const admitting = record?.phase("portcullis.admission");
-    const admission = ledger.admit(name, budgetOf(request));
-    admitting?.end();
-    if (!(admission instanceof Reservation)) {
-      send(overloadReply(admission, requestId), requestId, (reply, extra) => {
-        writeReply(response, reply, extra);
-      }, record);
-      return;
-    }
-    serveAdmitted(
-      request,
-      responseOutlet(response, admission),
-      admission,
-      requestId,
-      undefined,
-      record,
-    );
+    admitRequest(request, response, connection);
   }, function refuseSlowHead(socket) {
     refuseMalformed(
       Object.assign(new Error("Request timeout"), { code: "ERR_HTTP_REQUEST_TIMEOUT" }),
@@ -128,6 +139,42 @@ export function createLaneServer<S extends LaneServices>(
     );
   });
   const server = substrate.server;
+
+  /** Admits one request (or answers its overload) and serves it. */
+  function admitRequest(
+    request: http.IncomingMessage,
+    response: http.ServerResponse,
+    connection: ConnectionBudget,
+  ): void {
+    const requestId = requestIdFor(request.headers["x-request-id"]);
+    const record = observe(request, requestId);
+    if (record) services.observer!.finishOnClose(record, response, request.socket);
+    if (drains && services.state.draining) {
+      send(failureReply("draining", requestId), requestId, tls, (reply, extra) => {
+        extra.connection = "close";
+        writeReply(response, reply, extra);
+      }, record);
+      return;
+    }
+    const admitting = record?.phase("portcullis.admission");
+    const admission = ledger.admit(name, connection);
+    admitting?.end();
+    if (!(admission instanceof Reservation)) {
+      send(overloadReply(admission, requestId), requestId, tls, (reply, extra) => {
+        // An HTTP/1.1 connection refused for capacity or rate is closed after the answer: the
+        // requests pipelined behind it are not parsed, admitted or answered one 429 at a time
+        // (a full lane made a pipelined flood cost one refusal per request).
+        if (connection instanceof ConnectionState) {
+          extra.connection = "close";
+          connection.close();
+        }
+        writeReply(response, reply, extra);
+      }, record);
+      return;
+    }
+    const outlet = responseOutlet(response, admission);
+    serveAdmitted(request, outlet, { ticket: admission, requestId, record });
+  }
 
   /** Starts the request's record, when the edge observes requests. */
   function observe(request: http.IncomingMessage, requestId: string): RequestRecord | undefined {
@@ -141,13 +188,22 @@ export function createLaneServer<S extends LaneServices>(
     });
   }
 
-  /** The connection's budget, made on its first request (its socket, or its HTTP/2 session). */
-  function budgetOf(request: http.IncomingMessage): ConnectionBudget {
-    const key = connectionOf(request);
-    let budget = budgets.get(key);
+  /**
+   * The connection's budget, made on its first request: for an HTTP/1.1 socket a
+   * {@link ConnectionState} (pipelined requests wait in it), for an HTTP/2 session a plain budget.
+   */
+  function connectionOf(request: http.IncomingMessage): ConnectionBudget {
+    const key = connectionKeyOf(request);
+    let budget = connections.get(key);
     if (!budget) {
-      budget = { active: 0 };
-      budgets.set(key, budget);
+      budget = key === request.socket
+        ? new ConnectionState(
+          request.socket,
+          ledger.profile.perConnection,
+          (dropped) => stats.abandoned(name, dropped),
+        )
+        : { active: 0 };
+      connections.set(key, budget);
     }
     return budget;
   }
@@ -156,16 +212,20 @@ export function createLaneServer<S extends LaneServices>(
   function serveAdmitted(
     request: http.IncomingMessage,
     outlet: Outlet,
-    ticket: Reservation,
-    requestId: string,
-    upgrade?: { socket: Duplex; head: Uint8Array },
-    record?: RequestRecord,
+    admitted: {
+      ticket: Reservation;
+      requestId: string;
+      record?: RequestRecord;
+      upgrade?: { socket: Duplex; head: Uint8Array };
+    },
   ): void {
+    const { ticket, requestId, record } = admitted;
     const head = readHead(request, limits);
     if (!("path" in head)) {
-      deliver(outlet, failureReply(head.kind, requestId), ticket, requestId, undefined, record);
+      deliver(outlet, failureReply(head.kind, requestId), { ticket, requestId, record });
       return;
     }
+    record?.canonical(head.path);
     const context = new AdmittedRequest({
       lane: name,
       head,
@@ -173,12 +233,17 @@ export function createLaneServer<S extends LaneServices>(
       requestId,
       peer: request.socket.remoteAddress ?? "",
       serverName: serverNameOf(request),
+      tls,
+      secure: tls || trustedHttps(request),
       ticket,
       request,
-      upgrade,
+      upgrade: admitted.upgrade,
       record,
     });
     outlet.onAbandon(() => context.abort());
+    if (carriesBody(head.body) && !request.complete) {
+      bodyBreakers.set(request, () => context.breakBody());
+    }
     let outcome: Reply | Promise<Reply>;
     try {
       const route = lane.find(head.method, head.path);
@@ -189,19 +254,21 @@ export function createLaneServer<S extends LaneServices>(
       outcome = errorReply(error, requestId);
     }
     if (outcome instanceof Promise) awaitReply(outcome, outlet, context);
-    else deliver(outlet, outcome, ticket, requestId, context);
+    else deliver(outlet, outcome, context);
   }
 
   /** Sends a reply unless the deadline passed first, counting what was sent. */
   function deliver(
     outlet: Outlet,
     reply: Reply,
-    ticket: Reservation,
-    requestId: string,
-    context?: AdmittedRequest,
-    early?: RequestRecord,
+    request: {
+      readonly ticket: Reservation;
+      readonly requestId: string;
+      readonly record?: RequestRecord;
+    } | AdmittedRequest,
   ): void {
-    const record = context?.record ?? early;
+    const { ticket, requestId, record } = request;
+    const context = request instanceof AdmittedRequest ? request : undefined;
     if (outlet.spent) {
       reply.stream?.cancel();
       reply.tunnel?.socket.destroy();
@@ -224,14 +291,46 @@ export function createLaneServer<S extends LaneServices>(
       else hold(outlet, ticket);
       return;
     }
-    send(reply, requestId, (r, extra) => {
-      // A refused body is left unread on the connection: only closing it is safe.
-      const unread = r.failure === "bad_request" || r.failure === "payload_too_large";
-      if (unread || (drains && services.state.draining)) {
-        if (!outlet.multiplexed) extra.connection = "close";
+    send(reply, requestId, context?.secure ?? tls, (r, extra) => {
+      if (bodyLeftUnread(context) || (drains && services.state.draining)) {
+        if (!outlet.multiplexed) {
+          extra.connection = "close";
+          if (ticket.connection instanceof ConnectionState) ticket.connection.close();
+        }
       }
       outlet.send(r, extra);
+      if (!outlet.multiplexed) watchDelivery(outlet, record);
     }, record);
+  }
+
+  /**
+   * True when the request's body is not (all) read: the connection is closed after the reply, the
+   * only safe end for bytes nobody framed. A head refused before its framing was known counts too.
+   */
+  function bodyLeftUnread(context: AdmittedRequest | undefined): boolean {
+    if (!context) return true;
+    return carriesBody(context.head.body) && !context.request.complete;
+  }
+
+  /** True when a trusted proxy in front says its client came over https. */
+  function trustedHttps(request: http.IncomingMessage): boolean {
+    const claim = request.headers["x-forwarded-proto"];
+    if (typeof claim !== "string" || services.trusted === undefined) return false;
+    if (claim.trim().toLowerCase() !== "https") return false;
+    const peer = canonicalAddress(request.socket.remoteAddress ?? "");
+    return peer !== undefined && peer !== "" && services.trusted.has(peer);
+  }
+
+  /** Watches a reply's delivery: a client that does not take its bytes is cut off. */
+  function watchDelivery(outlet: Outlet, record: RequestRecord | undefined): void {
+    const socket = outlet.socket;
+    if (!socket) return;
+    const stop = deliveries.watch(() => outlet.socket, function cutSlowReader() {
+      stats.cut(name, "send_timeout");
+      if (record) record.outcome = "send_timeout";
+      outlet.destroy();
+    });
+    outlet.onClose(stop);
   }
 
   function awaitReply(pending: Promise<Reply>, outlet: Outlet, context: AdmittedRequest): void {
@@ -240,12 +339,15 @@ export function createLaneServer<S extends LaneServices>(
     pending.then(
       (reply) => {
         unwatch();
-        deliver(outlet, reply, context.ticket, context.requestId, context);
+        deliver(outlet, reply, context);
       },
       (error) => {
         unwatch();
-        const reply = errorReply(error, context.requestId);
-        deliver(outlet, reply, context.ticket, context.requestId, context);
+        // A body the parser gave up on is the client's fault, whatever the exchange said.
+        const reply = context.bodyBroken
+          ? failureReply("bad_request", context.requestId)
+          : errorReply(error, context.requestId);
+        deliver(outlet, reply, context);
       },
     );
   }
@@ -257,7 +359,7 @@ export function createLaneServer<S extends LaneServices>(
     context.abort();
     ledger.expire(ticket);
     const reply = failureReply(context.timeoutKind, requestId);
-    send(context.finishReply?.(reply) ?? reply, requestId, (r, extra) => {
+    send(context.finishReply?.(reply) ?? reply, requestId, context.secure, (r, extra) => {
       outlet.send(r, extra);
     }, context.record);
   }
@@ -268,13 +370,18 @@ export function createLaneServer<S extends LaneServices>(
     outlet.onAbandon(unwatch);
   }
 
-  /** Counts and writes a reply through `write`, adding the request id. */
+  /**
+   * Counts and writes a reply through `write`, adding the request id. A reply that reaches its
+   * client over plain HTTP never carries Strict-Transport-Security (RFC 6797 §7.2).
+   */
   function send(
     reply: Reply,
     requestId: string,
+    secure: boolean,
     write: (reply: Reply, extra: Record<string, string>) => void,
     record?: RequestRecord,
   ): void {
+    if (!secure) reply = withoutHsts(reply);
     stats.response(name, reply.status);
     if (record) {
       record.status = reply.status;
@@ -290,24 +397,34 @@ export function createLaneServer<S extends LaneServices>(
       const record = observe(request, requestId);
       if (record) services.observer!.finishOnClose(record, socket, socket as Socket);
       const raw = (reply: Reply) =>
-        send(reply, requestId, (r, extra) => writeRawReply(socket, r, extra, () => {}), record);
+        send(
+          reply,
+          requestId,
+          tls,
+          (r, extra) => writeRawReply(socket, r, extra, () => {}),
+          record,
+        );
       if (drains && services.state.draining) return raw(failureReply("draining", requestId));
       // h2c is never switched to: through a gateway it would open an HTTP/2 connection to the
       // backend that no routing or policy sees. Such a request is served as plain HTTP/1.1 (its
       // Upgrade dropped), unless it has a body, which the parser left unread on the socket.
       const h2c = offersH2c(request.headers.upgrade);
-      if (h2c && carriesBody(request.headers)) return raw(failureReply("bad_request", requestId));
-      const admission = ledger.admit(name, budgetOf(request));
+      if (h2c && announcesBody(request.headers)) return raw(failureReply("bad_request", requestId));
+      const admission = ledger.admit(name, connectionOf(request));
       if (!(admission instanceof Reservation)) return raw(overloadReply(admission, requestId));
-      const outlet = socketOutlet(socket, admission);
-      serveAdmitted(
-        request,
-        outlet,
-        admission,
+      const outlet = socketOutlet(socket, admission, {
+        tunnelIdleMs: limits.tunnelIdleMs,
+        idle() {
+          stats.cut(name, "tunnel_idle");
+          if (record) record.outcome = "tunnel_idle";
+        },
+      });
+      serveAdmitted(request, outlet, {
+        ticket: admission,
         requestId,
-        h2c ? undefined : { socket, head },
         record,
-      );
+        upgrade: h2c ? undefined : { socket, head },
+      });
     });
   }
 
@@ -318,6 +435,27 @@ export function createLaneServer<S extends LaneServices>(
     }
     socket.once("close", () => ledger.closeConnection(name));
   });
+
+  // HTTP/1.1 connections get a parse gate (parse_gate.ts): on the plain socket, or on the TLS
+  // socket node's HTTPS server parses. HTTP/2 multiplexes; its streams use the ledger's bound.
+  const h1 = !options.tls?.http2;
+  if (h1) {
+    const gated = options.tls ? "secureConnection" : "connection";
+    if (!options.tls) server.prependListener("connection", preferListeners);
+    server.on(gated, function gateParser(socket: Socket) {
+      if (socket.destroyed) return;
+      const state = newConnectionState(socket);
+      connections.set(socket, state);
+      state.gate(new ParseGate(socket, (parser) => state.holdsParse(parser)));
+    });
+  }
+
+  /** A connection's state, counting what it drops into the lane's stats. */
+  function newConnectionState(socket: Socket): ConnectionState {
+    return new ConnectionState(socket, ledger.profile.perConnection, (dropped) => {
+      stats.abandoned(name, dropped);
+    });
+  }
 
   server.on("clientError", refuseMalformed);
 
@@ -334,10 +472,31 @@ export function createLaneServer<S extends LaneServices>(
     }
     stats.protocolError(name);
     const requestId = crypto.randomUUID();
-    writeRawReply(socket, failureReply(kind, requestId), { "x-request-id": requestId }, () => {});
+    const refuse = () => {
+      if (socket.destroyed) return;
+      writeRawReply(socket, failureReply(kind, requestId), { "x-request-id": requestId }, () => {});
+    };
+    const connection = connections.get(socket);
+    if (!(connection instanceof ConnectionState)) return refuse();
+    // Its end was decided already: the reply that closes it says the last word.
+    if (connection.closing) return connection.fail();
+    // Inside an admitted request's body: that request can never be complete; it is ended and its
+    // own reply, in its turn, is the 400.
+    const reading = connection.reading;
+    const breakBody = reading && !reading.complete ? bodyBreakers.get(reading) : undefined;
+    if (breakBody) {
+      connection.fail();
+      return breakBody();
+    }
+    // Otherwise the requests parsed before the bad bytes are answered first, in order; the 400
+    // comes last.
+    connection.finishWith(refuse);
   }
 
-  server.on("close", () => deadlines.stop());
+  server.on("close", () => {
+    deadlines.stop();
+    deliveries.stop();
+  });
 
   function errorReply(error: unknown, requestId: string): Reply {
     if (error instanceof GatewayError) return failureReply(error.kind, requestId);
@@ -355,7 +514,7 @@ function offersH2c(upgrade: string | undefined): boolean {
 }
 
 /** True when a request head announces a body (chunked, or a non-zero Content-Length). */
-function carriesBody(headers: http.IncomingHttpHeaders): boolean {
+function announcesBody(headers: http.IncomingHttpHeaders): boolean {
   const length = headers["content-length"];
   return headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
 }

@@ -8,6 +8,8 @@
 import type http from "node:http";
 import type { Duplex } from "node:stream";
 import type { Reservation } from "../ledger/reservation.ts";
+import { ConnectionState } from "./connection_state.ts";
+import type { SendingSocket } from "./delivery_watch.ts";
 import { writeRawReply } from "./raw_reply.ts";
 import type { Reply } from "./reply.ts";
 import { writeReply } from "./write.ts";
@@ -24,6 +26,10 @@ export interface Outlet {
   destroy(): void;
   /** Calls `listener` once when the connection closes before a reply was delivered. */
   onAbandon(listener: () => void): void;
+  /** Calls `listener` once when the reply is over, delivered or not. */
+  onClose(listener: () => void): void;
+  /** The socket the reply is written to, once it has one (HTTP/1.1 only; for delivery limits). */
+  readonly socket?: SendingSocket | null;
 }
 
 /**
@@ -38,12 +44,18 @@ class ResponseOutlet implements Outlet {
   readonly #response: http.ServerResponse;
   readonly #ticket: Reservation;
   #abandon?: (() => void)[];
+  #forget?: () => void;
 
   constructor(response: http.ServerResponse, ticket: Reservation) {
     this.#response = response;
     this.#ticket = ticket;
     // One listener: "close" follows "finish" on a delivered response, and comes alone otherwise.
     response.once("close", () => this.#closed());
+    // A pipelined response still waiting for its turn hears of a closed connection only here.
+    const connection = ticket.connection;
+    if (connection instanceof ConnectionState) {
+      this.#forget = connection.onGone(() => this.#closed());
+    }
   }
 
   get spent(): boolean {
@@ -66,22 +78,42 @@ class ResponseOutlet implements Outlet {
     (this.#abandon ??= []).push(listener);
   }
 
+  onClose(listener: () => void): void {
+    this.#response.once("close", listener);
+  }
+
+  get socket(): SendingSocket | null {
+    return this.#response.socket;
+  }
+
   #closed(): void {
+    this.#forget?.();
+    this.#forget = undefined;
     const ticket = this.#ticket;
     if (this.#response.writableFinished) {
       if (ticket.live) ticket.complete();
       return;
     }
     if (ticket.live) ticket.cancel();
-    for (const listener of this.#abandon ?? []) listener();
+    const abandon = this.#abandon;
+    this.#abandon = undefined;
+    for (const listener of abandon ?? []) listener();
   }
+}
+
+/** How a tunnel's quiet is bounded. */
+export interface TunnelLimits {
+  /** Close a tunnel with no byte either way for this long (absent: never). */
+  readonly tunnelIdleMs?: number;
+  /** Told when a tunnel was closed for being idle. */
+  readonly idle: () => void;
 }
 
 /**
  * The outlet of an `Upgrade` request: the socket is the gateway's; releases `ticket` when the
  * reply (or tunnel) is done, or cancels it when the socket closes first.
  */
-export function socketOutlet(socket: Duplex, ticket: Reservation): Outlet {
+export function socketOutlet(socket: Duplex, ticket: Reservation, limits?: TunnelLimits): Outlet {
   let started = false;
   let delivered = false;
   socket.once("close", () => ticket.live && (delivered ? ticket.complete() : ticket.cancel()));
@@ -94,7 +126,7 @@ export function socketOutlet(socket: Duplex, ticket: Reservation): Outlet {
       started = true;
       writeRawReply(socket, reply, extra, (ok) => {
         delivered = ok;
-      });
+      }, limits);
     },
     destroy() {
       socket.destroy();
@@ -103,6 +135,12 @@ export function socketOutlet(socket: Duplex, ticket: Reservation): Outlet {
       socket.once("close", () => {
         if (!delivered) listener();
       });
+    },
+    onClose(listener) {
+      socket.once("close", listener);
+    },
+    get socket() {
+      return socket as unknown as SendingSocket;
     },
   };
 }

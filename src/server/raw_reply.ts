@@ -36,19 +36,21 @@ export function flatHeaders(headers: Readonly<Record<string, string>> | undefine
  * @param reply what to send
  * @param extra headers the server adds (request id)
  * @param onDone called once the reply was written in full (true) or could not be (false)
+ * @param tunnel a tunnel's idle limit, and what to tell when it closed one
  */
 export function writeRawReply(
   socket: Duplex,
   reply: Reply,
   extra: Record<string, string>,
   onDone: (ok: boolean) => void,
+  tunnel?: { readonly tunnelIdleMs?: number; readonly idle: () => void },
 ): void {
   if (reply.tunnel) {
     const headers = [...(reply.rawHeaders ?? [])];
     socket.write(renderHead(101, headers));
     const upstream = reply.tunnel.socket;
     if (reply.tunnel.head.length > 0) socket.write(reply.tunnel.head);
-    splice(socket, upstream);
+    splice(socket, upstream, tunnel);
     onDone(true);
     return;
   }
@@ -81,15 +83,42 @@ export function writeRawReply(
   socket.end(bytes, () => onDone(true));
 }
 
-/** Pipes two sockets into each other until either side closes; then closes both. */
-function splice(client: Duplex, upstream: Duplex): void {
+/**
+ * Pipes two sockets into each other until either side closes; then closes both. With an idle
+ * limit, a tunnel that carries no byte either way for that long is closed too (one timer per
+ * tunnel, re-armed lazily: traffic only moves a timestamp).
+ */
+function splice(
+  client: Duplex,
+  upstream: Duplex,
+  limits?: { readonly tunnelIdleMs?: number; readonly idle: () => void },
+): void {
+  let timer: number | undefined;
   const closeBoth = () => {
+    clearTimeout(timer);
     client.destroy();
     upstream.destroy();
   };
   for (const side of [client, upstream]) {
     side.once("close", closeBoth);
     side.on("error", closeBoth);
+  }
+  const idleMs = limits?.tunnelIdleMs;
+  if (idleMs !== undefined) {
+    let last = performance.now();
+    const moved = () => last = performance.now();
+    client.on("data", moved);
+    upstream.on("data", moved);
+    const check = () => {
+      const quiet = performance.now() - last;
+      if (quiet >= idleMs) {
+        limits!.idle();
+        closeBoth();
+        return;
+      }
+      timer = setTimeout(check, idleMs - quiet) as unknown as number;
+    };
+    timer = setTimeout(check, idleMs) as unknown as number;
   }
   client.pipe(upstream);
   upstream.pipe(client);

@@ -4,24 +4,59 @@
  * HTTP/1.0, never Transfer-Encoding beside Content-Length, a single Content-Length value, a header
  * count under the cap, and an origin-form or absolute-form target whose authority agrees with Host.
  *
+ * Two decisions made here keep every later phase and the upstream looking at the same request:
+ *
+ * - **The body's framing** is read once ({@link RequestHead.body}): none, a declared length, or
+ *   chunked. The proxy writes that framing itself on the upstream connection, for every method, so
+ *   no client byte can reach an upstream outside a frame the gateway wrote. A body on GET, HEAD or
+ *   TRACE is refused (`body_not_allowed`): RFC 9110 §9.3.1–2 gives it no meaning and warns that it
+ *   is a request-smuggling vector, and §9.3.8 forbids it on TRACE (docs/decisions.md §13).
+ * - **The path** is made canonical once ({@link canonicalPath}), before any route, policy or
+ *   rewrite sees it; an ambiguous path (`%2F`, `%00`, a `..;` segment …) is `ambiguous_path`.
+ *
  * @module
  */
 import type { IncomingMessage } from "node:http";
+import { canonicalPath, DEFAULT_PATH_RULES, type PathRules } from "../request/canonical_path.ts";
+
+/**
+ * How a request's body is framed: `none` (no framing field), a byte count (`Content-Length`, 0
+ * included), or `chunked`.
+ */
+export type BodyFraming = "none" | number | "chunked";
+
+/** True when a framing announces body bytes. */
+export function carriesBody(framing: BodyFraming): boolean {
+  return framing === "chunked" || (typeof framing === "number" && framing > 0);
+}
+
+/** Methods whose requests may not carry a body (RFC 9110 §9.3.1, §9.3.2, §9.3.8). */
+const NO_BODY_METHODS: ReadonlySet<string> = new Set(["GET", "HEAD", "TRACE"]);
 
 /** A request head the gateway accepted, reduced to what the phases need. */
 export interface RequestHead {
   readonly method: string;
-  /** The path, raw (not percent-decoded), always starting with `/` (or `*`). */
+  /**
+   * The canonical path (see {@link canonicalPath}): what routes, policies, rewrites, logs and the
+   * upstream all see. Always starts with `/` (or is `*`).
+   */
   readonly path: string;
   /** The query including its `?`, or "". */
   readonly query: string;
   /** The host, lower case, without port or trailing dot; "" when absent (HTTP/1.0). */
   readonly host: string;
+  /** The body's framing as the client declared it; the proxy writes the same framing upstream. */
+  readonly body: BodyFraming;
 }
 
 /** Why a head was refused. */
 export interface HeadProblem {
-  readonly kind: "bad_request" | "header_fields_too_large" | "uri_too_long";
+  readonly kind:
+    | "bad_request"
+    | "header_fields_too_large"
+    | "uri_too_long"
+    | "body_not_allowed"
+    | "ambiguous_path";
   /** For logs only. */
   readonly detail: string;
 }
@@ -32,6 +67,8 @@ export interface HeadLimits {
   readonly targetBytes: number;
   /** Header bytes (names, values, separators); checked here too because not every server does. */
   readonly headerBytes?: number;
+  /** How paths are made canonical (default: merge slashes, refuse encoded slashes). */
+  readonly paths?: PathRules;
 }
 
 const HOST = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._~!$&'()*+;=%-]+)(?::\d{1,5})?$/;
@@ -57,7 +94,9 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
   }
   let hosts = 0;
   let lengths = 0;
-  let chunked = false;
+  let length = "";
+  let codings = 0;
+  let coding = "";
   let authority = false;
   let hostValue = "";
   for (let i = 0; i < raw.length; i += 2) {
@@ -73,8 +112,10 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
       hostValue = raw[i + 1];
     } else if (name.length === 14 && name.toLowerCase() === "content-length") {
       lengths++;
+      length = raw[i + 1];
     } else if (name.length === 17 && name.toLowerCase() === "transfer-encoding") {
-      chunked = true;
+      codings++;
+      coding = raw[i + 1];
     } else if (name === ":authority") {
       // HTTP/2 (RFC 9113 §8.3.1): the authority pseudo-header stands for Host; both must agree.
       if (hosts > 0 && raw[i + 1] !== hostValue) {
@@ -86,6 +127,12 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
     }
   }
   if (hosts > 1) return { kind: "bad_request", detail: "more than one Host header" };
+  const chunked = codings > 0;
+  // Chunked alone: any other coding (`identity, chunked`, `gzip, chunked`) or a second field is
+  // refused, as h11 and nginx refuse it — a peer that reads the list differently is a smuggler's.
+  if (codings > 1 || (chunked && coding.trim().toLowerCase() !== "chunked")) {
+    return { kind: "bad_request", detail: "a Transfer-Encoding other than chunked alone" };
+  }
   const http11 = request.httpVersionMajor >= 2 ||
     (request.httpVersionMajor === 1 && request.httpVersionMinor >= 1);
   if (hosts === 0 && http11) return { kind: "bad_request", detail: "HTTP/1.1 without Host" };
@@ -94,6 +141,14 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
     return { kind: "bad_request", detail: "Transfer-Encoding with Content-Length" };
   }
   if (lengths > 1) return { kind: "bad_request", detail: "more than one Content-Length" };
+  const body = bodyFraming(request, chunked, lengths === 1 ? length : undefined);
+  if (typeof body === "string" && body !== "chunked" && body !== "none") {
+    return { kind: "bad_request", detail: body };
+  }
+  const method = request.method ?? "GET";
+  if (carriesBody(body) && NO_BODY_METHODS.has(method)) {
+    return { kind: "body_not_allowed", detail: `a body on ${method}` };
+  }
   if (hosts === 1 && !HOST.test(hostValue)) return { kind: "bad_request", detail: "invalid Host" };
 
   const full = request.url ?? "";
@@ -103,7 +158,6 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
   // A fragment is not part of the request (RFC 9110 §7.1): drop it before splitting path and query.
   const hash = full.indexOf("#");
   const target = hash === -1 ? full : full.slice(0, hash);
-  const method = request.method ?? "GET";
   let path: string;
   let query = "";
   let host = normalizeHost(hostValue);
@@ -136,7 +190,35 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
   } else {
     return { kind: "bad_request", detail: "unsupported request target" };
   }
-  return { method, path, query, host };
+  if (path !== "*") {
+    const canonical = canonicalPath(path, limits.paths ?? DEFAULT_PATH_RULES);
+    if (typeof canonical !== "string") return { kind: "ambiguous_path", detail: canonical.detail };
+    path = canonical;
+  }
+  return { method, path, query, host, body };
+}
+
+/**
+ * The body's framing, or why the declared length is unusable. HTTP/2 has neither field: a stream
+ * that did not end with its headers carries a body, framed upstream as chunked unless a length
+ * was declared (RFC 9113 §8.1.1).
+ */
+function bodyFraming(
+  request: IncomingMessage,
+  chunked: boolean,
+  length: string | undefined,
+): BodyFraming | "unusable Content-Length" {
+  if (chunked) return "chunked";
+  if (length !== undefined) {
+    const trimmed = length.trim();
+    if (!/^\d{1,15}$/.test(trimmed)) return "unusable Content-Length";
+    return Number(trimmed);
+  }
+  if (request.httpVersionMajor === 2) {
+    const stream = (request as unknown as { stream?: { endAfterHeaders?: boolean } }).stream;
+    return stream?.endAfterHeaders === false ? "chunked" : "none";
+  }
+  return "none";
 }
 
 /**

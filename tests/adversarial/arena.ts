@@ -37,10 +37,22 @@ export const REQUEST_MS = 2500;
 /** The public lane's deadline: a hung upstream is answered after this long. */
 export const PUBLIC_DEADLINE_MS = 3000;
 
+/** The arena's upstream ports, for routes a case file writes itself. */
+export interface ArenaPorts {
+  /** The recording upstream. */
+  readonly upstream: number;
+  /** The rogue upstream. */
+  readonly rogue: number;
+  /** A port nothing listens on. */
+  readonly dead: number;
+}
+
 /** How a case file wants its gateway. */
 export interface ArenaOptions {
   /** `shop.test`'s policies. */
   readonly policies?: Record<string, unknown>;
+  /** `shop.test`'s routes, instead of the arena's `/api/`, `/rogue/` and `/refused/`. */
+  readonly routes?: (ports: ArenaPorts) => Record<string, unknown>[];
   /** Further edits of the bootstrap config (after the arena's own). */
   readonly edit?: (config: Record<string, unknown>) => void;
 }
@@ -75,9 +87,8 @@ export function arenaTest(
   options: ArenaOptions,
   cases: Record<string, (arena: Arena) => Promise<void>>,
 ): void {
-  Deno.test(name, async (t) => {
-    const arena = await startArena(options);
-    try {
+  Deno.test(name, (t) =>
+    withArena(options, async (arena) => {
       for (const [caseName, run] of Object.entries(cases)) {
         arena.upstream.seen.length = 0;
         arena.upstream.heads.length = 0;
@@ -85,16 +96,29 @@ export function arenaTest(
         const passed = await t.step(caseName, () => run(arena));
         if (!passed) break;
       }
-      const ledger = await arena.gateway.ledgerWhen((r) => r.outstanding === 0);
-      assert.equal(ledger.outstanding, 0, "every reservation was released");
-      assert.equal(ledger.lanes.public.in_use, 0);
-      assert.equal(ledger.double_release, 0);
-    } finally {
-      await arena.gateway.dispose();
-      await arena.upstream.stop();
-      await arena.rogue.stop();
-    }
-  });
+    }));
+}
+
+/**
+ * Boots an arena, runs `body` against it, checks that the ledger balances afterwards, and stops
+ * everything it started.
+ */
+export async function withArena(
+  options: ArenaOptions,
+  body: (arena: Arena) => Promise<void>,
+): Promise<void> {
+  const arena = await startArena(options);
+  try {
+    await body(arena);
+    const ledger = await arena.gateway.ledgerWhen((r) => r.outstanding === 0);
+    assert.equal(ledger.outstanding, 0, "every reservation was released");
+    assert.equal(ledger.lanes.public.in_use, 0);
+    assert.equal(ledger.double_release, 0);
+  } finally {
+    await arena.gateway.dispose();
+    await arena.upstream.stop();
+    await arena.rogue.stop();
+  }
 }
 
 async function startArena(options: ArenaOptions): Promise<ArenaHandle> {
@@ -122,7 +146,7 @@ async function startArena(options: ArenaOptions): Promise<ArenaHandle> {
   });
   const tenant: Record<string, unknown> = {
     host: SHOP,
-    routes: [
+    routes: options.routes?.({ upstream: upstream.port, rogue: rogue.port, dead: deadPort }) ?? [
       { name: "api", match: { prefix: "/api/" }, proxy: backend(upstream.port, "/api") },
       { name: "rogue", match: { prefix: "/rogue/" }, proxy: backend(rogue.port, "/rogue") },
       { name: "refused", match: { prefix: "/refused/" }, proxy: backend(deadPort, "/refused") },
