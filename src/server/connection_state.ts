@@ -161,7 +161,8 @@ export class ConnectionState implements ConnectionBudget {
 
   /** Called by the ledger after one of this connection's reservations was released. */
   released(): void {
-    if (this.waiting === 0 && this.#last === undefined && this.#gate === undefined) return;
+    // The common case — nothing waits, nothing held — costs nothing more.
+    if (this.waiting === 0 && this.#last === undefined && !this.#gate?.holding) return;
     // Not inside the release itself: the release runs in a response's close handler.
     queueMicrotask(() => this.#next());
   }

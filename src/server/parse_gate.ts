@@ -61,6 +61,7 @@ export class ParseGate {
   #ended = false;
   #released = false;
   #pumping = false;
+  #paused = false;
 
   /**
    * Takes over the server's listeners of `socket`.
@@ -89,11 +90,9 @@ export class ParseGate {
     socket.on("close", () => this.#pending = []);
   }
 
-  /** Bytes received and not yet parsed. */
-  get held(): number {
-    let bytes = 0;
-    for (const chunk of this.#pending) bytes += chunk.byteLength;
-    return bytes;
+  /** True while bytes wait here for the connection to have room (or for its end). */
+  get holding(): boolean {
+    return this.#pending.length > 0;
   }
 
   /** Feeds slices while the connection may go on; call again once a hold may have lifted. */
@@ -115,7 +114,10 @@ export class ParseGate {
         return;
       }
       if (this.#hold(socket.parser)) {
-        socket.pause();
+        if (!this.#paused) {
+          this.#paused = true;
+          socket.pause();
+        }
         return;
       }
       const chunk = this.#pending[0];
@@ -125,7 +127,10 @@ export class ParseGate {
       for (const listener of this.#onData) listener.call(socket, slice);
       if (!socket.parser) return this.#release();
     }
-    socket.resume();
+    if (this.#paused) {
+      this.#paused = false;
+      socket.resume();
+    }
     if (this.#ended) {
       this.#ended = false;
       for (const listener of this.#onEnd) listener.call(socket);
