@@ -23,6 +23,7 @@ import {
   peakRss,
   ROOT,
   rssOf,
+  spawnGateway,
   spawnReady,
   stopAll,
   writeGateway,
@@ -256,15 +257,7 @@ async function startGateway(
   };
   const flags = await writeGateway(dir, config, [tenant]);
   children.push(
-    await spawnReady(Deno.execPath(), [
-      "run",
-      "--no-prompt",
-      ...flags,
-      ...(extra.v8 ?? []),
-      `${ROOT}main.ts`,
-      "serve",
-      `${dir}/config.yaml`,
-    ]),
+    await spawnGateway(dir, flags, extra.v8),
   );
   return port;
 }

@@ -7,7 +7,17 @@
  *
  * @module
  */
-import { freePort, has, median, ROOT, spawnReady, stopAll, writeGateway, wrk } from "./lib.ts";
+import {
+  freePort,
+  has,
+  median,
+  ROOT,
+  spawnGateway,
+  spawnReady,
+  stopAll,
+  writeGateway,
+  wrk,
+} from "./lib.ts";
 
 const RUNS = Number(Deno.env.get("BENCH_RUNS") ?? 3);
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
@@ -41,14 +51,7 @@ async function main() {
     await Deno.writeTextFile(`${dir}/tenants/demo.localhost.yaml`, demo);
     const deno = Deno.execPath();
     children.push(
-      await spawnReady(deno, [
-        "run",
-        "--no-prompt",
-        ...flags,
-        `${ROOT}main.ts`,
-        "serve",
-        `${dir}/config.yaml`,
-      ]),
+      await spawnGateway(dir, flags),
       await spawnReady(deno, [
         "run",
         "--no-prompt",

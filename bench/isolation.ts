@@ -15,6 +15,7 @@ import {
   median,
   ROOT,
   rssOf,
+  spawnGateway,
   spawnReady,
   stopAll,
   writeGateway,
@@ -50,14 +51,7 @@ async function measureGateway(shared: boolean): Promise<Sample> {
     ledger: { application_slots: 1024, inflight_bytes: 1 << 30, per_connection: 8 },
   }, []);
   await Deno.writeTextFile(`${dir}/tenants/demo.localhost.yaml`, demo);
-  const child = await spawnReady(Deno.execPath(), [
-    "run",
-    "--no-prompt",
-    ...flags,
-    `${ROOT}main.ts`,
-    "serve",
-    `${dir}/config.yaml`,
-  ]);
+  const child = await spawnGateway(dir, flags);
   try {
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const idle = await rssOf(child.pid);

@@ -141,6 +141,26 @@ export function median(values: readonly number[]): number {
 }
 
 /**
+ * Starts `main.ts serve <dir>/config.yaml` under `flags` (and any V8 flags) and waits until it
+ * says it is ready.
+ */
+export function spawnGateway(
+  dir: string,
+  flags: readonly string[],
+  v8: readonly string[] = [],
+): Promise<Deno.ChildProcess> {
+  return spawnReady(Deno.execPath(), [
+    "run",
+    "--no-prompt",
+    ...flags,
+    ...v8,
+    `${ROOT}main.ts`,
+    "serve",
+    `${dir}/config.yaml`,
+  ]);
+}
+
+/**
  * Writes a gateway config and tenants into `dir`, and returns the flags `main.ts flags` derives.
  */
 export async function writeGateway(

@@ -21,6 +21,7 @@ import {
   nginxUpstreamConfig,
   peakRss,
   ROOT,
+  spawnGateway,
   spawnReady,
   stopAll,
   writeGateway,
@@ -116,15 +117,7 @@ async function main() {
     ) => {
       const at = { ...ports, gateway: freePort(), local: freePort() };
       const flags = await writeGateway(`${dir}/${name}`, gatewayConfig(at), served);
-      const child = await spawnReady(Deno.execPath(), [
-        "run",
-        "--no-prompt",
-        ...flags,
-        ...v8,
-        `${ROOT}main.ts`,
-        "serve",
-        `${dir}/${name}/config.yaml`,
-      ]);
+      const child = await spawnGateway(`${dir}/${name}`, flags, v8);
       children.push(child);
       return { child, port: at.gateway };
     };

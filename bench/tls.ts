@@ -9,7 +9,7 @@
  * @module
  */
 import { generateCertificate } from "../src/tls/bootstrap.ts";
-import { freePort, has, median, ROOT, spawnReady, stopAll, writeGateway, wrk } from "./lib.ts";
+import { freePort, has, median, spawnGateway, stopAll, writeGateway, wrk } from "./lib.ts";
 
 const RUNS = Number(Deno.env.get("BENCH_RUNS") ?? 3);
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
@@ -63,14 +63,7 @@ async function main() {
       }
       const flags = await writeGateway(`${dir}/${name}`, config(port, tls), [tenant]);
       children.push(
-        await spawnReady(Deno.execPath(), [
-          "run",
-          "--no-prompt",
-          ...flags,
-          `${ROOT}main.ts`,
-          "serve",
-          `${dir}/${name}/config.yaml`,
-        ]),
+        await spawnGateway(`${dir}/${name}`, flags),
       );
     }
     const host = ["Host: bench.test"];

@@ -13,6 +13,7 @@ import {
   type EscapedSlashAction,
   type PathRules,
 } from "../src/request/canonical_path.ts";
+import { mulberry32 } from "./fixtures/random.ts";
 
 const ACTIONS: readonly EscapedSlashAction[] = ["reject", "keep", "decode"];
 const ALL_RULES: readonly PathRules[] = ACTIONS.flatMap((escapedSlashes) => [
@@ -204,17 +205,6 @@ Deno.test("canonicalPath() refuses a path that does not start with /", () => {
 });
 
 // ---- Generated hostile paths --------------------------------------------------------------------
-
-/** mulberry32: a small seeded PRNG, so a failure names a reproducible case. */
-function mulberry32(seed: number): () => number {
-  let state = seed >>> 0;
-  return function next(): number {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Tokens a path is built from, repeated for weight: whole dot segments in several spellings,
 // the ways to write a slash, escapes to decode or keep, and characters to encode.

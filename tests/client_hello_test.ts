@@ -3,6 +3,7 @@ import net from "node:net";
 import tls from "node:tls";
 import { type HelloResult, readClientHello } from "../src/tls/client_hello.ts";
 import { boundedTest } from "./fixtures/bounded_test.ts";
+import { mulberry32 } from "./fixtures/random.ts";
 
 /** A sanitized test bounded to 3000 ms (a broken pipe fails instead of hanging). */
 function strictTest(name: string, fn: () => void | Promise<void>): void {
@@ -284,16 +285,6 @@ strictTest("readClientHello() refuses a hello split over more than 64 records", 
 
 // ---- Fuzzing ----
 
-/** A seeded PRNG (mulberry32) in [0, 1), so a failure replays. */
-function seededRandom(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** The length fields of a single-record hello: record, handshake, vectors, extensions, SNI. */
 function lengthFields(bytes: Uint8Array): { offset: number; width: number }[] {
   const fields = [{ offset: 3, width: 2 }, { offset: 6, width: 3 }];
@@ -383,7 +374,7 @@ strictTest(
   "readClientHello() never throws and keeps its verdicts on 20,000 seeded mutations",
   async () => {
     const bases = await fuzzBases();
-    const random = seededRandom(0x5eed);
+    const random = mulberry32(0x5eed);
     const seen = { incomplete: 0, hello: 0, invalid: 0 };
     for (let i = 0; i < 20_000; i++) {
       const mutated = mutate(bases[i % bases.length], random);

@@ -7,6 +7,7 @@ import type { Profile } from "../src/ledger/profile.ts";
 import { Reservation } from "../src/ledger/reservation.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
 import { profile as ledgerProfile } from "./fixtures/ledger.ts";
+import { mulberry32 } from "./fixtures/random.ts";
 
 /**
  * 7 slots, reserves local_health 2 + provider_health 1: general pool 4. Reserve bytes 1200, so
@@ -25,18 +26,6 @@ function profile(): Profile {
   });
 }
 
-/** A seeded PRNG (mulberry32), so every run takes the same path. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 interface Held {
   ticket: Reservation;
   conn?: ConnectionBudget;
@@ -44,7 +33,7 @@ interface Held {
 
 for (const seed of [1, 42, 20240601]) {
   Deno.test(`ledger keeps its invariants over a random admit/release sequence (seed ${seed})`, () => {
-    const next = random(seed);
+    const next = mulberry32(seed);
     const pick = <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)];
     let now = 0;
     const p = profile();

@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { inspect, variants, WAF_INSPECT_LIMIT, type WafOptions } from "../src/policy/waf.ts";
+import { mulberry32 } from "./fixtures/random.ts";
 
 const ALL: WafOptions = { sqli: true, xss: true, traversal: true, headers: [] };
 
@@ -135,18 +136,6 @@ Deno.test("inspect() inspects only the first 8 KiB of each location", () => {
   assert.equal(inspect(request("/", "", { referer: `${a(limit)}<script>` }), referer), undefined);
 });
 
-/** A deterministic generator (mulberry32), so a failing string can be reproduced. */
-function random(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const PIECES = [
   "%",
   "%2",
@@ -208,7 +197,7 @@ function fuzzString(next: () => number): string {
 }
 
 Deno.test("inspect() never throws on 10,000 seeded random strings", () => {
-  const next = random(0x5eed);
+  const next = mulberry32(0x5eed);
   const options = { ...ALL, headers: ["user-agent", "cookie"] };
   const detections = new Set([undefined, "sql_injection", "xss", "path_traversal"]);
   let found = 0;
