@@ -96,7 +96,12 @@ Deno.test("remote edge: serves the hub's snapshot, then each change, and caches 
     assert.ok(second.generation > first.generation);
     assert.equal(second.hash, hub.hub.store.current.hash);
 
-    const cached = await readCache(cacheDir);
+    // The cache is written just after the set goes live: poll for it (deadline 5 s).
+    let cached = await readCache(cacheDir);
+    for (const until = Date.now() + 5000; cached?.hash !== second.hash && Date.now() < until;) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      cached = await readCache(cacheDir);
+    }
     assert.equal(cached?.hash, second.hash, "the cache points at the live set");
     assert.equal(
       await Deno.readTextFile(`${cached!.folder}/new.test.yaml`),

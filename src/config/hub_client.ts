@@ -6,20 +6,28 @@
  * any failure the live generation stays and the edge asks again after a backoff that doubles from
  * `backoff_initial_ms` up to `backoff_max_ms` (30 s by default), with jitter.
  *
+ * The cache is verified before its hash is sent (see `cache.ts`): at start, and before every
+ * attempt after a failure, since the cache may have changed while the hub was away. A refused cache
+ * is logged once with what differed, shown in `status().cache`, and the edge asks with no hash, so
+ * the hub answers with a full snapshot rather than a delta against a set the disk no longer holds.
+ * A snapshot equal to the live set then rewrites the cache (a new folder, then the pointer).
+ *
  * @module
  */
 import { Buffer } from "node:buffer";
-import { commitCache, readCache, stageCache } from "./cache.ts";
-import {
-  type FileSet,
-  hashFileSet,
-  isSafeRelativePath,
-  readFileSet,
-  runtimeTextsOf,
-} from "./file_set.ts";
+import { type CacheCheck, commitCache, stageCache, verifyCache } from "./cache.ts";
+import { type FileSet, hashFileSet, isSafeRelativePath, runtimeTextsOf } from "./file_set.ts";
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import type { HubClientConfig } from "./load.ts";
 import { reportOutcome } from "./runtime_watch.ts";
+
+/** What the edge last found in, or wrote to, its cache. */
+interface CacheNote {
+  readonly state: "none" | "verified" | "written" | "refused";
+  readonly at: string;
+  readonly hash?: string;
+  readonly reason?: string;
+}
 
 /** The received set the next poll is keyed by. */
 interface Base {
@@ -81,13 +89,41 @@ export function followHub(store: ConfigStore, options: FollowOptions): HubFollow
   let current: AbortController | undefined;
   let holding = false;
   let urgent: { resolve: (o: OfferOutcome) => void; reject: (e: Error) => void }[] = [];
+  let cacheNote: CacheNote | undefined;
+  let lastRefused: { at: string; reason: string } | undefined;
 
-  async function baseFromCache(): Promise<Base | undefined> {
-    const cached = await readCache(cacheDir);
-    if (!cached || cached.hash !== store.current.hash) return undefined;
-    const read = await readFileSet(cached.folder);
-    if (read.problems.length > 0 || await hashFileSet(read.files) !== cached.hash) return undefined;
-    return { hash: cached.hash, files: read.files };
+  /**
+   * Verifies the cache before its hash is sent. At start the cached set is the base when it is
+   * the live one; later (after a failure) `held` stays the base when the cache still holds the
+   * live set. A refusal is logged and leaves no base: the next poll asks for a snapshot.
+   */
+  async function checkCache(start: boolean, held?: Base): Promise<Base | undefined> {
+    const live = store.current.hash;
+    const check = await verifyCache(cacheDir, start ? undefined : live)
+      .catch((error): CacheCheck => ({
+        state: "refused",
+        reason: `unchecked (${describe(error)})`,
+      }));
+    const at = new Date().toISOString();
+    if (check.state === "refused") {
+      lastRefused = { at, reason: check.reason };
+      cacheNote = { state: "refused", ...lastRefused };
+      log(`portcullis: cache ${cacheDir} refused: ${check.reason}; asking the hub for a snapshot`);
+      return undefined;
+    }
+    cacheNote = check.state === "none"
+      ? { state: "none", at }
+      : { state: "verified", at, hash: check.hash };
+    if (!start) return held;
+    return check.state === "verified" && check.hash === live && live !== ""
+      ? { hash: check.hash, files: check.files }
+      : undefined;
+  }
+
+  /** Writes a set to a new cache folder and points the cache at it. */
+  async function writeCache(files: FileSet, hash: string, folder?: string): Promise<void> {
+    await commitCache(cacheDir, folder ?? await stageCache(cacheDir, files), hash);
+    cacheNote = { state: "written", at: new Date().toISOString(), hash };
   }
 
   async function request(wait: boolean, signal: AbortSignal): Promise<Answer> {
@@ -144,7 +180,13 @@ export function followHub(store: ConfigStore, options: FollowOptions): HubFollow
       );
     }
     base = { hash, files };
-    if (hash === store.current.hash) return { outcome: "unchanged", generation: store.current };
+    if (hash === store.current.hash) {
+      if (cacheNote?.state === "refused") {
+        await writeCache(files, hash);
+        log(`portcullis: cache ${cacheDir} rewritten with the hub's set ${hash.slice(0, 12)}`);
+      }
+      return { outcome: "unchanged", generation: store.current };
+    }
     const folder = await stageCache(cacheDir, files);
     const outcome = reportOutcome(
       await store.offer({ dir: folder, texts: runtimeTextsOf(files), source: "hub", hash }),
@@ -152,7 +194,7 @@ export function followHub(store: ConfigStore, options: FollowOptions): HubFollow
       `hub ${hub.url} (hub generation ${answer.generation})`,
       log,
     );
-    if (outcome.outcome === "loaded") await commitCache(cacheDir, folder, hash);
+    if (outcome.outcome === "loaded") await writeCache(files, hash, folder);
     else await Deno.remove(folder, { recursive: true }).catch(() => {});
     return outcome;
   }
@@ -176,8 +218,11 @@ export function followHub(store: ConfigStore, options: FollowOptions): HubFollow
   }
 
   (async () => {
-    base = await baseFromCache().catch(() => undefined);
+    base = await checkCache(true);
     while (!stopped) {
+      // The cache may have changed while the hub was away: check it before its hash is sent.
+      if (failures > 0 && base) base = await checkCache(false, base);
+      if (stopped) break;
       current = new AbortController();
       const wait = urgent.length === 0;
       holding = wait;
@@ -234,6 +279,7 @@ export function followHub(store: ConfigStore, options: FollowOptions): HubFollow
         failures,
         retry_at: retryAt === undefined ? null : new Date(retryAt).toISOString(),
         received_hash: base?.hash ?? null,
+        cache: cacheNote ? { ...cacheNote, last_refused: lastRefused ?? null } : null,
         hub_generation: hubGeneration ?? null,
         hub: hubNote ?? null,
       };
