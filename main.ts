@@ -31,7 +31,7 @@ import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.t
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
 import { BootError } from "./src/edge/edge.ts";
 import { startWorkers } from "./src/edge/workers.ts";
-import { planEdge } from "./src/edge/plan.ts";
+import { type EdgePlan, planEdge } from "./src/edge/plan.ts";
 
 /** The running version, from deno.json. */
 export const VERSION: string = denoJson.version;
@@ -106,7 +106,7 @@ async function run(verb: string, file: string): Promise<number> {
     console.log(formatFlags(requiredGrants(config)));
     return 0;
   }
-  const plan = await planEdge(config, LANES);
+  const plan = await planEdge(config, LANES, verb === "serve" ? { fileLimit: "probe" } : {});
   if (verb === "check") {
     console.log(summarizePlan(plan));
     return 0;
@@ -118,6 +118,8 @@ async function run(verb: string, file: string): Promise<number> {
     console.error(`portcullis: boot refused; run with: deno run ${formatFlags(plan.grants)} ...`);
     return 1;
   }
+  const fileLines = describeFileLimit(plan);
+  for (const line of fileLines) console.error(line);
   const edge = await startWorkers(plan, { version: VERSION });
   const onSignal = () => edge.drain();
   Deno.addSignalListener("SIGTERM", onSignal);
@@ -134,6 +136,24 @@ async function run(verb: string, file: string): Promise<number> {
   Deno.removeSignalListener("SIGTERM", onSignal);
   Deno.removeSignalListener("SIGINT", onSignal);
   return 0;
+}
+
+/** The boot lines about the open-file limit and the public lane's share of it. */
+function describeFileLimit<S>(plan: EdgePlan<S>): string[] {
+  const fds = plan.descriptors;
+  if (!fds) return [];
+  const limit = `${fds.limit.exact ? "" : "at least "}${fds.limit.limit}`;
+  const line = `portcullis: open-file limit ${limit}: public lane max_connections ` +
+    `${fds.publicConnections}${fds.derived ? " (derived from it)" : ""}, ${fds.reserved} ` +
+    "descriptors kept for the protected lanes, upstream connections and the runtime";
+  if (fds.derived || fds.publicConnections + fds.reserved <= fds.limit.limit) return [line];
+  return [
+    line,
+    `portcullis: warning: ledger.lanes.public.max_connections ${fds.publicConnections} does not ` +
+    `fit under the open-file limit ${fds.limit.limit} with ${fds.reserved} kept aside: a public ` +
+    "flood can take the descriptors a health probe needs (raise the limit, e.g. LimitNOFILE, or " +
+    "lower max_connections)",
+  ];
 }
 
 async function isFolder(path: string): Promise<boolean> {

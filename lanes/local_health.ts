@@ -7,7 +7,7 @@
  */
 import { configStatus } from "../src/config/generations.ts";
 import { LANE_NAMES } from "../src/ledger/lane.ts";
-import { C } from "../src/ledger/memory.ts";
+import { C, G } from "../src/ledger/memory.ts";
 import { formatPath } from "../src/config/problems.ts";
 import type { EdgeServices } from "../src/edge/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
@@ -66,6 +66,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           workers: workersView(services),
           served_by_worker: services.worker.index,
           tls: services.tls?.status() ?? null,
+          ...socketsView(services),
         });
       },
     },
@@ -96,6 +97,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
             draining: services.state.draining,
             ready: services.state.ready,
             uptimeSeconds: (Date.now() - services.startedAt) / 1000,
+            sockets: socketsView(services),
           },
           policyFacts(services),
           {
@@ -185,6 +187,39 @@ function workersView(services: EdgeServices): { count: number; admitted: number[
     memory.perStripe(C.admitted(lane)).forEach((n, stripe) => admitted[stripe] += n);
   });
   return { count: services.worker.count, admitted };
+}
+
+/**
+ * Connections and descriptors, summed over every isolate: client connections by lane (the
+ * ledger's gauges), upstream sockets by state and descriptor exhaustion (each isolate's report of
+ * the last second), and the open-file limit measured at boot. A count that keeps growing with no
+ * traffic is a leak.
+ */
+export function socketsView(services: EdgeServices) {
+  const memory = services.ledger.memory;
+  const clients = Object.fromEntries(
+    LANE_NAMES.map((lane, index) => [lane, memory.gauge(G.connections(index))]),
+  );
+  const files = services.files;
+  return {
+    connections: {
+      clients,
+      upstream: {
+        active: memory.total(C.upstreamActive),
+        idle: memory.total(C.upstreamIdle),
+        connecting: memory.total(C.upstreamConnecting),
+        tunnels: memory.total(C.tunnels),
+      },
+    },
+    descriptors: {
+      limit: files?.limit.limit ?? null,
+      limit_exact: files?.limit.exact ?? false,
+      reserved: files?.reserved ?? null,
+      exhausted: memory.total(C.descriptorsExhausted) > 0,
+      exhaustions: memory.total(C.descriptorExhaustions),
+      listener_rearms: memory.total(C.listenerRearms),
+    },
+  };
 }
 
 /** The policy counters, with evictions summed over the globals' and every tenant's tables. */

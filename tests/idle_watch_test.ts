@@ -93,3 +93,32 @@ Deno.test("IdleWatch.sweep() restarts a socket's idle time when it is used again
   watch.sweep();
   assert.equal(socket.destroyed, true);
 });
+
+Deno.test("IdleWatch.honour() closes a pooled socket before the upstream's announced keep-alive time", () => {
+  let now = 0;
+  const hinted = new FakeSocket();
+  const short = new FakeSocket();
+  const plain = new FakeSocket();
+  const watch = new IdleWatch([fakeAgent([], [hinted, short, plain])], {
+    bodyIdleMs: 60_000,
+    socketIdleMs: 30_000,
+  }, () => now);
+  watch.honour(hinted, "timeout=5, max=1000");
+  watch.honour(short, "timeout=2");
+  watch.honour(plain, "max=100");
+  watch.honour(plain, "timeout=120"); // longer than socketIdleMs: the gateway's own limit holds
+  watch.sweep(); // first seen idle at 0
+  assert.deepEqual([hinted.destroyed, short.destroyed, plain.destroyed], [false, true, false]);
+  now = 2999;
+  watch.sweep();
+  assert.equal(hinted.destroyed, false);
+  now = 3000; // 5 s announced: closed 3 s after first seen, so within 5 s of going idle
+  watch.sweep();
+  assert.equal(hinted.destroyed, true);
+  now = 29_999;
+  watch.sweep();
+  assert.equal(plain.destroyed, false);
+  now = 30_000;
+  watch.sweep();
+  assert.equal(plain.destroyed, true);
+});

@@ -18,8 +18,8 @@ function makePool(size = 3) {
 /** A pick's public fields (the pool also tags its picks to catch a second finish). */
 function fields(pick: Pick | undefined) {
   if (!pick) return pick;
-  const { index, trial, fallback, generation } = pick;
-  return { index, trial, fallback, generation };
+  const { index, fallback, generation } = pick;
+  return { index, fallback, generation };
 }
 
 function pickOn(pool: InstancePool, index: number): Pick {
@@ -46,7 +46,6 @@ Deno.test("InstancePool.pick() returns undefined only for an empty pool", () => 
   const { pool } = makePool(1);
   assert.deepEqual(fields(pool.pick(new Set([0]))), {
     index: 0,
-    trial: false,
     fallback: false,
     generation: 0,
   });
@@ -127,7 +126,7 @@ Deno.test("InstancePool.pick() skips excluded instances while another remains", 
   const again = pool.pick(new Set([0, 1, 2]))!;
   assert.deepEqual(
     fields(again),
-    { index: 0, trial: false, fallback: false, generation: 0 },
+    { index: 0, fallback: false, generation: 0 },
     "all tried",
   );
 });
@@ -137,46 +136,59 @@ Deno.test("InstancePool.pick() retries on a healthy tried instance before an ope
   open(pool, 1);
   open(pool, 2);
   const retry = pool.pick(new Set([0]))!;
-  assert.deepEqual(fields(retry), { index: 0, trial: false, fallback: false, generation: 0 });
+  assert.deepEqual(fields(retry), { index: 0, fallback: false, generation: 0 });
 });
 
-Deno.test("InstancePool.pick() gives a due half-open trial priority over better scores", () => {
+Deno.test("InstancePool: a due half-open trial is the gateway's probe, never a client's pick", () => {
   const { pool, time } = makePool();
   open(pool, 1);
+  assert.deepEqual(pool.dueProbes(), [], "not due before the probe interval");
   assert.notEqual(pool.pick()!.index, 1, "open: out of the selection");
   time.now = PROBE;
-  const trial = pool.pick()!;
-  assert.deepEqual(fields(trial), { index: 1, trial: true, fallback: false, generation: 1 });
-  assert.equal(pool.score(1), 2, "active 1, empty window");
-  const next = pool.pick()!;
-  assert.equal(next.trial, false);
-  assert.notEqual(next.index, 1, "one trial only");
+  assert.deepEqual(pool.dueProbes(), [1]);
+  for (let k = 0; k < 6; k++) {
+    const pick = pool.pick()!;
+    assert.notEqual(pick.index, 1, "a client request is never the trial");
+    pool.finish(pick, true, 10);
+  }
+  assert.equal(pool.snapshot()[1].state, "half_open", "due, untaken");
+  assert.equal(pool.beginProbe(1), true);
+  assert.equal(pool.beginProbe(1), false, "one probe at a time");
+  assert.deepEqual(pool.dueProbes(), [], "in flight: not due again");
+  assert.equal(pool.pick(new Set([0, 2]))!.index !== 1, true, "still not for clients");
   time.now = PROBE + 40;
-  pool.finish(trial, true, 40);
+  pool.endProbe(1, true);
   assert.equal(pool.snapshot()[1].state, "closed");
-  assert.equal(pool.snapshot()[1].latency_ms, 40);
+  assert.equal(pool.pick(new Set([0, 2]))!.index, 1, "closed: chosen again");
 });
 
-Deno.test("InstancePool.pick() skips a due trial on an excluded instance", () => {
-  const { pool, time } = makePool();
-  open(pool, 1);
-  time.now = PROBE;
-  const pick = pool.pick(new Set([1]))!;
-  assert.equal(pick.trial, false);
-  assert.notEqual(pick.index, 1);
-  assert.equal(pool.snapshot()[1].state, "half_open");
-});
-
-Deno.test("InstancePool.finish() re-opens an instance whose trial failed", () => {
+Deno.test("InstancePool.endProbe() re-opens an instance whose probe failed", () => {
   const { pool, time } = makePool();
   open(pool, 2);
+  assert.equal(pool.beginProbe(2), false, "not due yet");
   time.now = PROBE + 5;
-  const trial = pool.pick()!;
-  assert.deepEqual([trial.index, trial.trial], [2, true]);
+  assert.equal(pool.beginProbe(2), true);
   time.now = PROBE + 50;
-  pool.finish(trial, false);
+  pool.endProbe(2, false);
   const row = pool.snapshot()[2];
   assert.deepEqual([row.state, row.opens, row.retry_in_ms], ["open", 2, PROBE]);
+});
+
+Deno.test("InstancePool: an instance that cannot be connected to is tripped at once", () => {
+  const { pool } = makePool();
+  attempt(pool, 0, true);
+  attempt(pool, 0, true);
+  attempt(pool, 0, true);
+  pool.finish(pickOn(pool, 0), false, undefined, true);
+  assert.equal(pool.snapshot()[0].state, "open", "one refused connect, not a window of them");
+  for (let k = 0; k < 4; k++) assert.notEqual(pool.pick()!.index, 0);
+  pool.observe(1, false);
+  assert.equal(pool.snapshot()[1].state, "closed", "an ordinary failure fills the window");
+  pool.observe(1, false, true);
+  assert.equal(pool.snapshot()[1].state, "open", "another worker saw it down");
+  const opens = pool.snapshot()[1].opens;
+  pool.trip(1);
+  assert.equal(pool.snapshot()[1].opens, opens, "an open breaker is not opened again");
 });
 
 Deno.test("InstancePool.pick() falls back to round-robin when every breaker refuses", () => {
@@ -185,11 +197,11 @@ Deno.test("InstancePool.pick() falls back to round-robin when every breaker refu
   open(pool, 1);
   open(pool, 2);
   const picks = Array.from({ length: 4 }, () => pool.pick()!);
-  assert.deepEqual(picks.map((p) => [p.index, p.trial, p.fallback]), [
-    [0, false, true],
-    [1, false, true],
-    [2, false, true],
-    [0, false, true],
+  assert.deepEqual(picks.map((p) => [p.index, p.fallback]), [
+    [0, true],
+    [1, true],
+    [2, true],
+    [0, true],
   ]);
   assert.equal(pool.pick(new Set([1]))!.index, 2, "the cursor skips an excluded instance");
   for (const pick of picks) pool.finish(pick, true, 10);

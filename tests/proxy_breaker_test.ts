@@ -1,8 +1,9 @@
 /**
  * Proxy dataplane, the SOCKS pool's breakers end to end: an instance that dies under load is
- * retried around and its breaker opens; once it is back, the first request after the probe
- * interval is its half-open trial and closes the breaker; with every breaker open the pool still
- * sends, round-robin.
+ * retried around and its breaker opens at its first refused connect; once it is back, the first
+ * request after the probe interval starts the half-open trial — a SOCKS greeting of the
+ * gateway's own, while the request itself goes to a healthy instance — and the probe closes the
+ * breaker; with every breaker open the pool still sends, round-robin.
  *
  * @module
  */
@@ -49,8 +50,8 @@ Deno.test("proxy breaker: an instance killed under load opens its breaker while 
       await egressWhen(p, (e) => e.instances.every((i) => i.requests >= 5));
       p.socks[0].kill();
       const open = await egressWhen(p, (e) => e.instances[0].state === "open");
-      assert.ok(open.instances[0].opens >= 1);
-      assert.ok(open.instances[0].failures >= 5, JSON.stringify(open.instances[0]));
+      assert.equal(open.instances[0].opens, 1);
+      assert.ok(open.instances[0].failures >= 1, JSON.stringify(open.instances[0]));
       assert.equal(open.instances[1].state, "closed");
     } finally {
       const statuses = await traffic.stop();
@@ -61,17 +62,23 @@ Deno.test("proxy breaker: an instance killed under load opens its breaker while 
     assert.ok(egress.retries >= 1);
     assert.equal(egress.instances[1].failures, 0);
 
-    // Back again: after the probe interval the next request is the half-open trial.
+    // Back again: after the probe interval the next request starts the gateway's probe; the
+    // request itself (a POST here, which must never be an experiment) goes to the live instance.
     await p.socks[0].restart();
     const due = await egressWhen(p, (e) => e.instances[0].state === "half_open", 2000);
+    const connects = p.socks.map((s) => s.connects.length);
     const accepted = p.socks[0].accepted;
-    const response = await p.send({ path: "/api/echo?trial=1" });
+    const response = await p.send({ method: "POST", path: "/api/echo?trial=1", body: "x" });
     assert.equal(response.status, 200);
-    assert.equal(p.socks[0].accepted, accepted + 1, "the trial did not go to the revived instance");
+    assert.equal(p.socks[0].connects.length, connects[0], "the POST did not go to the revived one");
     const closed = await egressWhen(p, (e) => e.instances[0].state === "closed");
-    assert.equal(closed.instances[0].requests, due.instances[0].requests + 1);
+    assert.equal(p.socks[0].accepted, accepted + 1, "one probe connection");
+    assert.equal(p.socks[0].connects.length, connects[0], "the probe asked for no destination");
+    assert.equal(closed.probes, due.probes + 1);
+    assert.equal(closed.failed_probes, due.failed_probes);
+    assert.equal(closed.instances[0].requests, due.instances[0].requests, "no client request");
+    assert.equal(closed.instances[1].requests, due.instances[1].requests + 1, "the POST's way");
     assert.equal(closed.instances[0].opens, due.instances[0].opens);
-    assert.equal(closed.instances[0].failures, due.instances[0].failures);
     await balancedLedger(p.t);
   });
 });
@@ -105,5 +112,37 @@ Deno.test("proxy breaker: with every breaker open the pool still sends, round-ro
       ),
       [2, 2],
     );
+  });
+});
+
+Deno.test("proxy breaker: the first refused connect opens the breaker, so later requests go to live instances", async () => {
+  const setup = {
+    socks: [{}, {}, {}],
+    // A window this wide would need 20 failures before opening on the failure ratio.
+    egress: () => ({ probe_interval_ms: 60_000, breaker: { window: 20, min_samples: 20 } }),
+    routes: (site: Site) => [apiRoute(site, { attempts: 1 })],
+  };
+  await withProxyEdge(setup, async (p) => {
+    // Instance 0 is dead before the first request; a fresh pool's first pick is instance 0.
+    p.socks[0].kill();
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const response = await p.send({ method: "POST", path: `/api/echo?i=${i}`, body: "b" });
+      statuses.push(response.status);
+    }
+    // attempts: 1 — the POST that met the dead instance was not sent anywhere else; the refused
+    // connect opened the breaker at once, with a window of 20, so the next POSTs went elsewhere.
+    assert.deepEqual(statuses, [502, 200, 200]);
+    const egress = await p.egress();
+    assert.equal(egress.instances[0].state, "open", JSON.stringify(egress.instances[0]));
+    assert.equal(egress.instances[0].opens, 1);
+    assert.equal(egress.instances[0].failures, 1);
+    const requests = egress.instances[0].requests;
+    for (let i = 0; i < 10; i++) {
+      const response = await p.send({ method: "POST", path: `/api/echo?after=${i}`, body: "b" });
+      assert.equal(response.status, 200, "a POST after the trip went to a live instance");
+    }
+    assert.equal((await p.egress()).instances[0].requests, requests);
+    await balancedLedger(p.t);
   });
 });

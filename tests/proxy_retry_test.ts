@@ -44,22 +44,20 @@ Deno.test("proxy retry: every GET succeeds on the healthy instance, and the retr
   });
 });
 
-Deno.test("proxy retry: a POST is not retried without retry_post (502, no retry counted)", async () => {
+Deno.test("proxy retry: a POST that reached no upstream fails over without retry_post, sent once", async () => {
   await withProxyEdge(refusingFirst(), async (p) => {
+    // Instance 0 refused the connection: not one byte was written, so going elsewhere cannot
+    // deliver the POST twice — and the client must not pay for a dead instance.
     const response = await p.send({ method: "POST", path: "/api/echo", body: "once" });
-    failure(response, 502, "upstream_unreachable", [
-      p.upstream.port,
-      ...p.socks.map((s) => s.port),
-    ]);
+    assert.equal(response.status, 200, response.body);
+    assert.equal(json<Echo>(response).body, "once");
+    assert.deepEqual(p.upstream.seen.map((r) => r.body), ["once"]);
     const egress = await p.egress();
-    assert.equal(egress.retries, 0);
+    assert.equal(egress.retries, 1);
     assert.equal(egress.instances[0].requests, 1);
-    assert.equal(egress.instances[1].requests, 0);
-    assert.equal(p.upstream.seen.length, 0);
-    // The pool learnt: the next POST goes to the healthy instance.
-    const next = await p.send({ method: "POST", path: "/api/echo", body: "twice" });
-    assert.equal(next.status, 200);
-    assert.equal(json<Echo>(next).body, "twice");
+    assert.equal(egress.instances[0].state, "open", "a refused connect opens the breaker at once");
+    assert.equal(egress.instances[1].requests, 1);
+    await balancedLedger(p.t);
   });
 });
 

@@ -40,7 +40,11 @@ import {
   createListener,
   describeListener,
   listen,
+  nudge,
+  rearm,
 } from "./listeners.ts";
+import { DescriptorWatch } from "../server/descriptors.ts";
+import { C } from "../ledger/memory.ts";
 import { checkReach, type EdgePlan, firstGenerationNumber } from "./plan.ts";
 import type { WorkerRole } from "./worker_role.ts";
 import { LedgerMemory } from "../ledger/memory.ts";
@@ -270,6 +274,7 @@ export async function startEdge(
     clock,
     log,
     tls: certs,
+    files: plan.descriptors,
     acme: plan.config.acme && {
       challengeDir: plan.config.acme.challengeDir,
       otherwise: plan.config.acme.otherwise,
@@ -340,6 +345,42 @@ export async function startEdge(
   }
   armed = true;
   state.ready = true;
+  const reusePort = worker !== undefined;
+  const descriptors = new DescriptorWatch({
+    canary: plan.config.file,
+    log,
+    async rearm() {
+      if (state.draining) return 0;
+      let count = 0;
+      for (const grant of listening) {
+        try {
+          await rearm(grant, reusePort);
+          count++;
+        } catch (error) {
+          log(`portcullis: ${describeListener(grant)} could not be re-armed: ${error}`);
+        }
+      }
+      return count;
+    },
+    nudge() {
+      if (state.draining) return;
+      for (const grant of listening) nudge(grant);
+    },
+    report(fds) {
+      // This isolate's share, in its own stripe; /v1/health and /metrics sum the stripes.
+      const sockets = egress.sockets();
+      const memory = ledger.memory;
+      memory.set(C.upstreamActive, sockets.active);
+      memory.set(C.upstreamIdle, sockets.idle);
+      memory.set(C.upstreamConnecting, sockets.connecting);
+      memory.set(C.tunnels, sockets.tunnels);
+      memory.set(C.descriptorsExhausted, fds.exhausted ? 1 : 0);
+      memory.set(C.descriptorExhaustions, fds.exhaustions);
+      memory.set(C.listenerRearms, fds.rearms);
+    },
+  });
+  descriptors.start();
+  void descriptors.check();
   for (const grant of actual) {
     const tls = !grant.role && grant.lane === "public" && certs ? " (TLS)" : "";
     log(
@@ -371,6 +412,7 @@ export async function startEdge(
 
   async function shutdown(): Promise<void> {
     state.ready = false;
+    descriptors.stop();
     stopWatching();
     stopRuntime();
     await Promise.all(listening.map((grant) => closeListener(grant)));

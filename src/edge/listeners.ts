@@ -193,6 +193,43 @@ export async function bindServer(
   });
 }
 
+/** The listening handle under a `node:net` server (Deno's libuv port), when it has one. */
+interface ListenHandle {
+  listen?: (backlog: number) => number;
+}
+
+/**
+ * Asks a TCP listener to accept again. Deno 2.9.6's `node:net` stops polling a listener whose
+ * `accept` failed (`EMFILE`) and never looks again; calling `listen` on the handle that already
+ * listens marks it ready, so pending connections are accepted — the accept queue is kept, not
+ * dropped. This reaches into the runtime's handle, so {@link rearm} falls back to binding again.
+ *
+ * @returns false when the handle offers no such call (another runtime, a Unix socket)
+ */
+export function nudge(bound: Bound): boolean {
+  if (bound.address.kind !== "tcp" || !bound.server.listening) return false;
+  const handle = (bound.server as unknown as { _handle?: ListenHandle | null })._handle;
+  return typeof handle?.listen === "function" && handle.listen(511) === 0;
+}
+
+/**
+ * Makes a listener accept again after descriptor exhaustion: a {@link nudge}, or else closing the
+ * listening socket (connections already open are not touched) and binding the same address again.
+ *
+ * @param reusePort as the listener was first bound
+ */
+export async function rearm(bound: Bound, reusePort: boolean): Promise<void> {
+  if (nudge(bound)) return;
+  await new Promise<void>((resolve) => {
+    if (!bound.server.listening) return resolve();
+    // net.Server's own close: only the listening socket (http's would also end idle connections).
+    net.Server.prototype.close.call(bound.server, () => resolve());
+    // Its callback waits for every connection; the address is free at once.
+    resolve();
+  });
+  await listen(bound, reusePort);
+}
+
 /** The address a listener actually bound. */
 export function boundAddress(bound: Bound): ListenerAddress {
   const info = bound.server.address();

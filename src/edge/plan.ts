@@ -11,10 +11,18 @@ import { type EdgeConfig, formatAddress, type ListenerAddress } from "../config/
 import { ConfigError, type ConfigProblem } from "../config/problems.ts";
 import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
 import { type LaneProfileInput, type Profile, validateProfile } from "../ledger/profile.ts";
-import { readCache } from "../config/cache.ts";
+import { verifyCache } from "../config/cache.ts";
+import { runtimeTextsOf } from "../config/file_set.ts";
 import { type GenerationSource, hashTexts } from "../config/generations.ts";
 import { readRuntimeTexts } from "../config/tenant_files.ts";
 import { buildRegistry, TenantRegistry } from "../proxy/tenants.ts";
+import {
+  type DescriptorLimit,
+  probeCeiling,
+  probeDescriptorLimit,
+  publicCeiling,
+  reservedDescriptors,
+} from "../server/descriptors.ts";
 import { compileLane, type LaneDescriptor, type LaneTable } from "../server/lane.ts";
 
 /** One set of listeners the edge will serve: a lane's own, or a companion of the public lane. */
@@ -48,6 +56,18 @@ export interface EdgePlan<S> {
   /** What the first generation was built from. */
   readonly runtime: RuntimeSnapshot;
   readonly grants: readonly Grant[];
+  /** The open-file limit and what it left the public lane; absent when not measured. */
+  readonly descriptors?: DescriptorPlan;
+}
+
+/** The open-file limit as planned with (see server/descriptors.ts). */
+export interface DescriptorPlan {
+  readonly limit: DescriptorLimit;
+  /** Descriptors kept away from public connections. */
+  readonly reserved: number;
+  /** The public lane's `max_connections`, and whether the limit chose it. */
+  readonly publicConnections: number;
+  readonly derived: boolean;
 }
 
 /**
@@ -61,7 +81,11 @@ export interface EdgePlan<S> {
 export async function planEdge<S>(
   config: EdgeConfig,
   descriptors: readonly LaneDescriptor<S>[],
-  options: { readonly first?: RuntimeSnapshot } = {},
+  options: {
+    readonly first?: RuntimeSnapshot;
+    /** `"probe"` measures the open-file limit (serve, at boot); a limit is used as given. */
+    readonly fileLimit?: DescriptorLimit | "probe";
+  } = {},
 ): Promise<EdgePlan<S>> {
   const problems: ConfigProblem[] = [];
   const problem = (path: (string | number)[], value: unknown, message: string) =>
@@ -98,6 +122,7 @@ export async function planEdge<S>(
       priority_reserve: given.priority_reserve ?? (name === "public" && priorityRoutes ? -1 : 0),
     };
   }
+  const fds = planDescriptors(config, inputs, options.fileLimit);
   const checked = validateProfile({ ...config.ledger, lanes: inputs });
   if (!checked.ok) {
     for (const p of checked.problems) problem(["ledger", ...p.path], p.value, p.message);
@@ -177,13 +202,50 @@ export async function planEdge<S>(
     tenants,
     runtime: { dir: first.dir, texts: first.texts, hash: first.hash, source: first.source },
     grants: requiredGrants(config),
+    ...(fds ? { descriptors: fds } : {}),
+  };
+}
+
+/**
+ * Fits the public lane under the open-file limit: unless the config sets its `max_connections`,
+ * the lane gets what the limit leaves after the protected lanes, the upstreams and the runtime
+ * (`inputs` is updated). Measures the limit when asked to.
+ */
+function planDescriptors(
+  config: EdgeConfig,
+  inputs: Record<LaneName, LaneProfileInput>,
+  given: DescriptorLimit | "probe" | undefined,
+): DescriptorPlan | undefined {
+  if (given === undefined || !inputs.public.enabled) return undefined;
+  const protectedConnections = LANE_NAMES.filter((lane) => lane !== "public")
+    .reduce((sum, lane) => sum + (inputs[lane].enabled ? inputs[lane].max_connections : 0), 0);
+  const budget = { protectedConnections, applicationSlots: config.ledger.application_slots };
+  const preferred = inputs.public.max_connections;
+  const limit = given === "probe"
+    ? probeDescriptorLimit(config.file, probeCeiling(budget, preferred))
+    : given;
+  if (!limit) return undefined;
+  const derived = config.ledger.lanes.public?.max_connections === undefined;
+  if (derived) {
+    inputs.public = {
+      ...inputs.public,
+      max_connections: publicCeiling({ ...budget, limit }, preferred),
+    };
+  }
+  return {
+    limit,
+    reserved: reservedDescriptors({ ...budget, limit }),
+    publicConnections: inputs.public.max_connections,
+    derived,
   };
 }
 
 /**
  * The generation an edge starts with. Local mode: the tenants folder, which must be valid. Remote
- * mode: the cached last good generation when there is a valid one, else an empty set (every host
- * is 421 until the hub's first snapshot arrives).
+ * mode: the cached last good generation when every file of it verifies against the manifest and
+ * the hub's hash, and builds from the bytes that were verified; else an empty set (every host is
+ * 421 until the hub's first snapshot arrives). The hub client checks the cache again as it starts,
+ * and it is the one that logs a refusal and shows it in `/v1/config`.
  */
 async function firstGeneration(config: EdgeConfig): Promise<{
   registry?: TenantRegistry;
@@ -206,17 +268,17 @@ async function firstGeneration(config: EdgeConfig): Promise<{
       source: "directory",
     };
   }
-  const cached = await readCache(runtime.cacheDir);
-  if (cached) {
-    const read = await readRuntimeTexts(cached.folder);
-    const built = await buildRegistry(cached.folder, read.texts);
+  const cached = await verifyCache(runtime.cacheDir);
+  if (cached.state === "verified") {
+    const texts = runtimeTextsOf(cached.files);
+    const built = await buildRegistry(cached.folder, texts);
     const reachable = built.registry && checkReach(config, built.registry).length === 0;
-    if (read.problems.length === 0 && built.registry && reachable) {
+    if (built.registry && reachable) {
       return {
         registry: built.registry,
         problems: [],
         dir: cached.folder,
-        texts: read.texts,
+        texts,
         hash: cached.hash,
         source: "cache",
       };

@@ -15,6 +15,7 @@ import type { Forwarding } from "../proxy/upstream.ts";
 import type { PathRules } from "../request/canonical_path.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { TenantRegistry } from "../proxy/tenants.ts";
+import type { DescriptorPlan } from "./plan.ts";
 
 /** Lifecycle flags of a running edge. */
 export interface EdgeState {
@@ -63,6 +64,8 @@ export interface EdgeServices {
   readonly log: (line: string) => void;
   /** The public lane's certificates, when it has TLS. */
   readonly tls?: CertStore;
+  /** The open-file limit measured at boot and the public lane's share; absent when unknown. */
+  readonly files?: DescriptorPlan;
   /** The ACME http-01 companion: challenge folder, and what everything else gets. */
   readonly acme?: { readonly challengeDir: string; readonly otherwise: "404" | "redirect" };
 }

@@ -85,6 +85,7 @@ async function start(message: Extract<ToWorker, { type: "start" }>): Promise<voi
         hash: first.hash,
         source: first.source,
       },
+      fileLimit: message.fileLimit,
     });
     edge = await startEdge(plan, {
       version: message.version,

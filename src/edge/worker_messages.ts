@@ -6,6 +6,7 @@
  */
 import type { LaneListener } from "../boot/distinct.ts";
 import type { GenerationSource, Rejection } from "../config/generations.ts";
+import type { DescriptorLimit } from "../server/descriptors.ts";
 import type { LedgerBuffers } from "../ledger/memory.ts";
 import type { ConfigProblem } from "../config/problems.ts";
 import type { PolicyCounts } from "../policy/stats.ts";
@@ -34,6 +35,8 @@ export type ToWorker =
     readonly egressChannel: string;
     readonly generation: SharedArrayBuffer;
     readonly first: GenerationData;
+    /** The open-file limit the owner measured: every isolate plans with the same one. */
+    readonly fileLimit?: DescriptorLimit;
   }
   | { readonly type: "arm" }
   | { readonly type: "refuse"; readonly reasons: readonly string[] }

@@ -129,6 +129,7 @@ export async function startWorkers(
         egressChannel,
         generation,
         first: generationData(plan.runtime, firstNumber, Date.now()),
+        fileLimit: plan.descriptors?.limit,
       } satisfies ToWorker,
     );
   }

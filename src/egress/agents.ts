@@ -21,22 +21,56 @@ export interface AgentSettings {
 type Callback = (error: Error | null, stream: Duplex) => void;
 
 /**
+ * The request option that carries an attempt's abort signal to the agent's `createConnection`
+ * (node hands request options through to it): when the attempt is given up while its connection
+ * is still being made, the TCP connect or SOCKS handshake stops and the socket is closed, rather
+ * than finishing for nobody and sitting in the pool.
+ */
+export const HANDSHAKE_SIGNAL = "portcullisHandshakeSignal";
+
+/** The abort signal an attempt passed in its request options, if any. */
+function handshakeSignal(options: http.ClientRequestArgs): AbortSignal | undefined {
+  const signal = (options as Record<string, unknown>)[HANDSHAKE_SIGNAL];
+  return signal instanceof AbortSignal ? signal : undefined;
+}
+
+/**
  * node's agent also accepts the asynchronous form of `createConnection`: return nothing and call
  * back with the socket later. Its type declaration only knows the synchronous form.
  */
 const LATER = undefined as unknown as Duplex;
 
-/** Keep-alive without node's per-socket timers: idle sockets are closed by the idle watch. */
+/**
+ * Keep-alive without node's per-socket timers: idle sockets are closed by the idle watch. At most
+ * 32 idle connections per destination and way out: the pool saves handshakes (a Tor circuit is
+ * slow to build) without holding descriptors a burst left behind (see descriptors.ts).
+ */
+export const MAX_FREE_SOCKETS = 32;
 const AGENT_OPTIONS: http.AgentOptions = {
   keepAlive: true,
   maxSockets: Infinity,
-  maxFreeSockets: 256,
+  maxFreeSockets: MAX_FREE_SOCKETS,
   scheduling: "lifo",
 };
+
+/** Counts connections being made (TCP connect and SOCKS handshake, before node has them). */
+class Connecting {
+  count = 0;
+
+  /** Counts `pending` until it settles. */
+  track<T>(pending: Promise<T>): Promise<T> {
+    this.count++;
+    const done = () => this.count--;
+    pending.then(done, done);
+    return pending;
+  }
+}
 
 /** Opens every connection through one SOCKS5 instance. */
 export class SocksAgent extends http.Agent {
   readonly instance: SocksInstance;
+  /** Handshakes in flight. */
+  readonly connecting = new Connecting();
   readonly #timeoutMs: number;
 
   /**
@@ -52,7 +86,10 @@ export class SocksAgent extends http.Agent {
   /** Called by node for each new upstream connection. */
   override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
     const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
-    socksConnect(this.instance, target, { timeoutMs: this.#timeoutMs })
+    const signal = handshakeSignal(options);
+    this.connecting.track(
+      socksConnect(this.instance, target, { timeoutMs: this.#timeoutMs, signal }),
+    )
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;
   }
@@ -60,11 +97,18 @@ export class SocksAgent extends http.Agent {
 
 /** Why a direct connection failed, so it can be classified like a SOCKS failure. */
 export class DirectConnectError extends Error {
-  readonly kind: "timeout" | "unreachable";
+  readonly kind: "timeout" | "unreachable" | "aborted";
 
-  /** @param kind timeout or unreachable */
-  constructor(kind: "timeout" | "unreachable", options?: { cause?: unknown }) {
-    super(kind === "timeout" ? "Direct connection timed out" : "Direct connection failed", options);
+  /** @param kind timeout, unreachable, or aborted (the attempt was given up) */
+  constructor(kind: "timeout" | "unreachable" | "aborted", options?: { cause?: unknown }) {
+    super(
+      kind === "timeout"
+        ? "Direct connection timed out"
+        : kind === "aborted"
+        ? "Direct connection abandoned"
+        : "Direct connection failed",
+      options,
+    );
     this.name = "DirectConnectError";
     this.kind = kind;
   }
@@ -72,6 +116,8 @@ export class DirectConnectError extends Error {
 
 /** Opens connections straight to `direct` targets (each one a granted `--allow-net` entry). */
 export class DirectAgent extends http.Agent {
+  /** Connects in flight. */
+  readonly connecting = new Connecting();
   readonly #timeoutMs: number;
 
   /** @param settings connect timeout and idle keep-alive time */
@@ -83,7 +129,12 @@ export class DirectAgent extends http.Agent {
   /** Called by node for each new upstream connection. */
   override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
     const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
-    connectDirect(target, { connectTimeoutMs: this.#timeoutMs })
+    const pending = connectDirect(
+      target,
+      { connectTimeoutMs: this.#timeoutMs },
+      handshakeSignal(options),
+    );
+    this.connecting.track(pending)
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;
   }
@@ -92,20 +143,26 @@ export class DirectAgent extends http.Agent {
 /**
  * Opens a TCP connection to a `direct` target within the connect timeout.
  *
- * @throws {DirectConnectError} on timeout or failure (the cause keeps Deno's error)
+ * @param signal stops the attempt (the socket is closed) when it fires before the connect
+ * @throws {DirectConnectError} on timeout, failure or abort (the cause keeps Deno's error)
  */
 export function connectDirect(
   target: { host: string; port: number },
   settings: { connectTimeoutMs: number },
+  signal?: AbortSignal,
 ): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
     let socket: net.Socket | undefined;
+    if (signal?.aborted) return reject(new DirectConnectError("aborted"));
     const timer = setTimeout(
       () => fail(new DirectConnectError("timeout")),
       settings.connectTimeoutMs,
     );
+    const onAbort = () => fail(new DirectConnectError("aborted"));
+    signal?.addEventListener("abort", onAbort, { once: true });
     function fail(error: Error) {
       clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
       socket?.destroy();
       reject(error);
     }
@@ -119,6 +176,7 @@ export function connectDirect(
     socket.once("error", (error) => fail(new DirectConnectError("unreachable", { cause: error })));
     socket.once("connect", () => {
       clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
       resolve(socket!); // the error listener stays: an error later only destroys the socket
     });
   });

@@ -172,6 +172,14 @@ export class Breaker {
     }
   }
 
+  /**
+   * Opens a closed breaker at once (the instance could not be connected to); an open or
+   * half-open one is left as it is.
+   */
+  trip(now: number): void {
+    if (this.#openedAt === null) this.#open(now);
+  }
+
   /** Counters for reporting at `now`. */
   snapshot(now: number): BreakerSnapshot {
     const state = this.state(now);

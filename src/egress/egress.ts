@@ -16,7 +16,7 @@ import {
   DirectConnectError,
   SocksAgent,
 } from "./agents.ts";
-import { socksConnect, SocksError } from "./socks5.ts";
+import { socksConnect, SocksError, socksProbe } from "./socks5.ts";
 import type { BreakerOptions } from "./breaker.ts";
 import { IdleWatch } from "./idle_watch.ts";
 import { NegativeCache, pickBackend } from "./negative_cache.ts";
@@ -61,6 +61,9 @@ export class Egress {
   readonly #clock: () => number;
   #retries = 0;
   #budgetRefusals = 0;
+  #probes = 0;
+  #failedProbes = 0;
+  #tunnels = 0;
   /** Outcomes not yet shared with the other request workers (undefined: not sharing). */
   #outbox?: OutcomeBatch;
 
@@ -117,6 +120,7 @@ export class Egress {
     if (this.isDirect(backend)) {
       return { kind: "direct", agent: this.#directAgent, label: "direct" };
     }
+    this.#startProbes();
     const pick = this.pool.pick(tried);
     if (!pick) return undefined;
     return {
@@ -128,23 +132,51 @@ export class Egress {
   }
 
   /**
+   * Probes, with a SOCKS greeting of the gateway's own, every instance whose breaker is due for
+   * its half-open trial (at most one probe per instance at a time): success closes the breaker,
+   * failure opens it for another interval. Client requests never serve as the trial.
+   */
+  #startProbes(): void {
+    const due = this.pool.dueProbes();
+    for (const index of due) {
+      if (!this.pool.beginProbe(index)) continue;
+      this.#probes++;
+      socksProbe(this.settings.socks[index], { timeoutMs: this.settings.connectTimeoutMs })
+        .then(() => true, () => false)
+        .then((ok) => {
+          if (!ok) this.#failedProbes++;
+          this.pool.endProbe(index, ok);
+        });
+    }
+  }
+
+  /**
    * Ends an attempt: the instance learns `instanceOk`; the backend learns `backendOk` when it was
-   * reached (undefined: no news about the backend).
+   * reached (undefined: no news about the backend). `instanceDown` (the instance could not be
+   * connected to at all) opens its breaker at once, here and in every worker.
    *
    * @param latencyMs time to response headers, when there were some
    */
   finish(
     way: Way,
     backend: Backend,
-    outcome: { instanceOk: boolean; backendOk?: boolean; latencyMs?: number },
+    outcome: {
+      instanceOk: boolean;
+      backendOk?: boolean;
+      latencyMs?: number;
+      instanceDown?: boolean;
+    },
   ): void {
-    if (way.kind === "socks") this.pool.finish(way.pick, outcome.instanceOk, outcome.latencyMs);
+    const down = outcome.instanceDown === true;
+    if (way.kind === "socks") {
+      this.pool.finish(way.pick, outcome.instanceOk, outcome.latencyMs, down);
+    }
     if (outcome.backendOk === true) this.cache.success(backend.key);
     else if (outcome.backendOk === false) this.cache.failure(backend.key);
     const outbox = this.#outbox;
     if (outbox) {
-      if (way.kind === "socks" && !way.pick.fallback) {
-        outbox.instances.push(way.pick.index, outcome.instanceOk ? 1 : 0);
+      if (way.kind === "socks" && (down || !way.pick.fallback)) {
+        outbox.instances.push(way.pick.index, down ? DOWN : outcome.instanceOk ? 1 : 0);
       }
       if (outcome.backendOk !== undefined) {
         outbox.backends.push(backend.key, outcome.backendOk ? 1 : 0);
@@ -176,7 +208,8 @@ export class Egress {
     for (let i = 0; i + 1 < instances.length; i += 2) {
       const index = instances[i];
       if (Number.isInteger(index) && index >= 0 && index < this.pool.size) {
-        this.pool.observe(index, instances[i + 1] === 1);
+        const outcome = instances[i + 1];
+        this.pool.observe(index, outcome === 1, outcome === DOWN);
       }
     }
     for (let i = 0; i + 1 < backends.length; i += 2) {
@@ -195,7 +228,12 @@ export class Egress {
    * @throws {SocksError | DirectConnectError} when no connection could be made
    */
   async connectRaw(target: { host: string; port: number; target: string }): Promise<Duplex> {
-    if (this.#direct.has(target.target)) return await connectDirect(target, this.settings);
+    if (this.#direct.has(target.target)) {
+      const socket = await connectDirect(target, this.settings);
+      this.holdTunnel(socket);
+      return socket;
+    }
+    this.#startProbes();
     const pick = this.pool.pick();
     if (!pick) throw new DirectConnectError("unreachable");
     const started = this.#clock();
@@ -205,12 +243,35 @@ export class Egress {
       });
       const latencyMs = this.#clock() - started;
       socket.once("close", () => this.pool.finish(pick, true, latencyMs));
+      this.holdTunnel(socket);
       return socket;
     } catch (error) {
       const blame = error instanceof SocksError && error.blame === "destination";
-      this.pool.finish(pick, blame);
+      this.pool.finish(pick, blame, undefined, instanceDown(error));
       throw error;
     }
+  }
+
+  /**
+   * Counts a raw byte stream (an SNI passthrough or an upgraded connection) as an open upstream
+   * tunnel until it closes.
+   */
+  holdTunnel(socket: Duplex): void {
+    this.#tunnels++;
+    socket.once("close", () => this.#tunnels--);
+  }
+
+  /** The upstream sockets this isolate holds now, by state. */
+  sockets(): UpstreamSockets {
+    let active = 0;
+    let idle = 0;
+    let connecting = 0;
+    for (const agent of [this.#directAgent, ...this.#socksAgents]) {
+      for (const list of Object.values(agent.sockets)) active += list?.length ?? 0;
+      for (const list of Object.values(agent.freeSockets)) idle += list?.length ?? 0;
+      connecting += agent.connecting.count;
+    }
+    return { active, idle, connecting, tunnels: this.#tunnels };
   }
 
   /** Asks the rolling budget for one retry (counted either way). */
@@ -236,6 +297,8 @@ export class Egress {
       cold_backends: this.cache.snapshot(),
       retries: this.#retries,
       retry_budget_refusals: this.#budgetRefusals,
+      probes: this.#probes,
+      failed_probes: this.#failedProbes,
       retry_budget: this.budget.snapshot(),
     };
   }
@@ -248,10 +311,38 @@ export class Egress {
   }
 }
 
-/** Outcomes as flat pairs: `[instance, ok, …]` and `[backend key, ok, …]` (ok is 1 or 0). */
+/** An instance outcome meaning "could not be connected to at all": trip its breaker. */
+const DOWN = 2;
+
+/**
+ * True when a failed attempt never reached the SOCKS instance's service: the TCP connect was
+ * refused or reset, or the instance closed or garbled the handshake. A timeout is not: with Tor,
+ * a slow CONNECT reply is an onion circuit being built, not a dead instance.
+ */
+export function instanceDown(error: unknown): boolean {
+  return error instanceof SocksError &&
+    (error.kind === "instance_unreachable" || error.kind === "instance_protocol");
+}
+
+/**
+ * Outcomes as flat pairs: `[instance, outcome, …]` (1 ok, 0 failed, 2 down) and
+ * `[backend key, ok, …]` (ok is 1 or 0).
+ */
 export interface OutcomeBatch {
   readonly instances: number[];
   readonly backends: (string | number)[];
+}
+
+/**
+ * Upstream sockets by state: `active` carry a request, `idle` wait in the keep-alive pool,
+ * `connecting` are in their TCP connect or SOCKS handshake, `tunnels` are raw streams
+ * (passthrough, upgraded connections).
+ */
+export interface UpstreamSockets {
+  readonly active: number;
+  readonly idle: number;
+  readonly connecting: number;
+  readonly tunnels: number;
 }
 
 /** What `/v1/egress` shows. */
@@ -261,5 +352,8 @@ export interface EgressSnapshot {
   readonly cold_backends: ReturnType<NegativeCache["snapshot"]>;
   readonly retries: number;
   readonly retry_budget_refusals: number;
+  /** Half-open trials the gateway ran (SOCKS greetings), and how many failed. */
+  readonly probes: number;
+  readonly failed_probes: number;
   readonly retry_budget: ReturnType<RetryBudget["snapshot"]>;
 }

@@ -4,7 +4,10 @@
  *
  * - an in-use socket whose response body is still arriving and that read nothing for `bodyIdleMs`
  *   has that response destroyed (the streaming code then cuts the client response off);
- * - a pooled keep-alive socket left unused for `socketIdleMs` is closed.
+ * - a pooled keep-alive socket left unused for `socketIdleMs` is closed — or sooner, before the
+ *   upstream said it would close it (`Keep-Alive: timeout=N` on its last response,
+ *   see {@link IdleWatch.honour}): a request written to a connection the upstream is closing at
+ *   that moment can neither be known unsent nor be answered.
  *
  * Nothing is registered per request: the sweep reads node's own bookkeeping (the agent's in-use
  * and free socket lists, and each socket's current request and response). Per-request timers and
@@ -32,6 +35,8 @@ export class IdleWatch {
   readonly #agents: readonly http.Agent[];
   readonly #progress = new WeakMap<object, Progress>();
   readonly #freeSince = new WeakMap<object, number>();
+  /** Sockets whose upstream announced a shorter keep-alive time: how long they may stay idle. */
+  readonly #announced = new WeakMap<object, number>();
   readonly #intervalMs: number;
   readonly #bodySweeps: number;
   readonly #socketIdleMs: number;
@@ -49,9 +54,10 @@ export class IdleWatch {
     clock: () => number,
   ) {
     this.#agents = agents;
+    // At least once a second: an upstream's announced keep-alive time is seconds.
     this.#intervalMs = Math.max(
       5,
-      Math.floor(Math.min(limits.bodyIdleMs, limits.socketIdleMs) / 2),
+      Math.min(1000, Math.floor(Math.min(limits.bodyIdleMs, limits.socketIdleMs) / 2)),
     );
     this.#bodySweeps = Math.max(1, Math.round(limits.bodyIdleMs / this.#intervalMs));
     this.#socketIdleMs = limits.socketIdleMs;
@@ -73,6 +79,22 @@ export class IdleWatch {
     this.#timer = undefined;
   }
 
+  /**
+   * Takes an upstream's `Keep-Alive` header into account for `socket`: with `timeout=N`, the
+   * socket is closed within N seconds unused (N − 2 after it was first seen idle: the sweep sees it
+   * up to a second late and runs once a second), never later than `socketIdleMs`; with N ≤ 2 it is
+   * closed as soon as it is seen idle.
+   *
+   * @param header the response's `Keep-Alive` value, if any
+   */
+  honour(socket: object | null | undefined, header: string | undefined): void {
+    if (!socket || header === undefined) return;
+    const match = /(?:^|[,;\s])timeout\s*=\s*(\d{1,9})/i.exec(header);
+    if (!match) return;
+    const ms = Number(match[1]) * 1000 - 2000;
+    if (ms < this.#socketIdleMs) this.#announced.set(socket, Math.max(0, ms));
+  }
+
   /** One sweep (exposed for tests). */
   sweep(): void {
     const now = this.#clock();
@@ -87,8 +109,10 @@ export class IdleWatch {
         for (const socket of (list ?? []) as unknown as UpstreamSocket[]) {
           this.#progress.delete(socket);
           const since = this.#freeSince.get(socket);
-          if (since === undefined) this.#freeSince.set(socket, now);
-          else if (now - since >= this.#socketIdleMs) socket.destroy();
+          const limit = this.#announced.get(socket) ?? this.#socketIdleMs;
+          if (limit === 0) socket.destroy();
+          else if (since === undefined) this.#freeSince.set(socket, now);
+          else if (now - since >= limit) socket.destroy();
         }
       }
     }

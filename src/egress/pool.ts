@@ -5,13 +5,17 @@
  *
  * Choice order for one attempt, skipping the instances this request already tried (`exclude`):
  *
- * 1. the first instance (in rotation order) whose breaker is due for its half-open trial, so a
- *    recovered instance is noticed at the first request after its probe interval;
- * 2. the lowest score among instances whose breaker passes;
- * 3. the lowest score among already-tried instances whose breaker passes — a retry goes back to a
+ * 1. the lowest score among instances whose breaker passes;
+ * 2. the lowest score among already-tried instances whose breaker passes — a retry goes back to a
  *    healthy instance rather than to one whose breaker is open;
- * 4. round-robin over the untried instances (over all, when every one was tried) whose breakers all
+ * 3. round-robin over the untried instances (over all, when every one was tried) whose breakers all
  *    refuse: with every breaker open the gateway still sends, rather than failing every request.
+ *
+ * A client request is never an open breaker's half-open trial: that trial is the gateway's own
+ * probe (a SOCKS greeting, see egress.ts), taken with {@link InstancePool.beginProbe} — a client's
+ * POST must not be the experiment that tells whether a dead instance came back. An instance that
+ * cannot even be connected to is tripped at once ({@link InstancePool.trip}), so the requests that
+ * start after an instance dies go to the live ones instead of filling its breaker window first.
  *
  * Equal scores rotate: the scan starts after the last chosen instance, so an idle pool spreads
  * requests instead of sending them all to instance 0. Pure logic: time comes from the clock.
@@ -34,8 +38,6 @@ export interface PoolOptions {
 export interface Pick {
   /** The instance's index in the pool. */
   readonly index: number;
-  /** The attempt is the instance's half-open trial. */
-  readonly trial: boolean;
   /** Every instance's breaker was refusing: round-robin fallback. */
   readonly fallback: boolean;
   /** The breaker's generation at pick time (stale outcomes are dropped). */
@@ -45,22 +47,14 @@ export interface Pick {
 /** A pick as the pool issues it: it knows its pool and whether it was finished. */
 class IssuedPick implements Pick {
   readonly index: number;
-  readonly trial: boolean;
   readonly fallback: boolean;
   readonly generation: number;
   readonly pool: InstancePool;
   open = true;
 
-  constructor(
-    pool: InstancePool,
-    index: number,
-    trial: boolean,
-    fallback: boolean,
-    generation: number,
-  ) {
+  constructor(pool: InstancePool, index: number, fallback: boolean, generation: number) {
     this.pool = pool;
     this.index = index;
-    this.trial = trial;
     this.fallback = fallback;
     this.generation = generation;
   }
@@ -156,20 +150,15 @@ export class InstancePool {
     const now = this.#clock();
     const skip = exclude && exclude.size > 0 && !this.#coversAll(exclude) ? exclude : undefined;
 
-    let trial = -1;
     let best = -1;
     let bestScore = Infinity;
     let retryBest = -1;
     let retryScore = Infinity;
     for (let k = 0; k < size; k++) {
       const i = (this.#rotation + k) % size;
-      const admission = this.#breakers[i].peek(now);
-      if (admission === "refuse") continue;
+      // Open, or half-open (its trial is the gateway's probe): not for a client.
+      if (this.#breakers[i].peek(now) !== "pass") continue;
       const excluded = skip !== undefined && skip.has(i);
-      if (admission === "trial") {
-        if (!excluded && trial < 0) trial = i;
-        continue;
-      }
       const score = this.score(i);
       if (!excluded && score < bestScore) {
         best = i;
@@ -180,12 +169,36 @@ export class InstancePool {
       }
     }
 
-    if (trial >= 0) return this.#take(trial, this.#breakers[trial].acquire(now) === "trial", false);
     const chosen = best >= 0 ? best : retryBest;
-    if (chosen >= 0) {
-      return this.#take(chosen, this.#breakers[chosen].acquire(now) === "trial", false);
-    }
-    return this.#take(this.#nextFallback(skip), false, true);
+    if (chosen >= 0) return this.#take(chosen, false);
+    return this.#take(this.#nextFallback(skip), true);
+  }
+
+  /** Instances whose breaker is due for its half-open trial (a probe of the gateway's own). */
+  dueProbes(): number[] {
+    const now = this.#clock();
+    const due: number[] = [];
+    for (let i = 0; i < this.size; i++) if (this.#breakers[i].peek(now) === "trial") due.push(i);
+    return due;
+  }
+
+  /**
+   * Takes instance `index`'s half-open trial for a probe.
+   *
+   * @returns false when no trial is due (or one is already in flight)
+   */
+  beginProbe(index: number): boolean {
+    return this.#breakers[index].acquire(this.#clock()) === "trial";
+  }
+
+  /** Records a probe's outcome: success closes the breaker, failure opens it again. */
+  endProbe(index: number, ok: boolean): void {
+    this.#breakers[index].record(ok, true, this.#clock());
+  }
+
+  /** Opens instance `index`'s breaker at once: it could not even be connected to. */
+  trip(index: number): void {
+    this.#breakers[index].trip(this.#clock());
   }
 
   /**
@@ -195,9 +208,10 @@ export class InstancePool {
    * @param pick what {@link pick} returned
    * @param ok whether the attempt succeeded
    * @param latencyMs milliseconds to the response headers (taken on success only)
+   * @param down the instance could not be connected to at all: trip its breaker now
    * @returns false, changing nothing, when the pick was already finished or is not this pool's
    */
-  finish(pick: Pick, ok: boolean, latencyMs?: number): boolean {
+  finish(pick: Pick, ok: boolean, latencyMs?: number, down = false): boolean {
     // A flag on the pick, not a WeakSet of open picks: per-request entries in a long-lived
     // collection measurably raised garbage-collection cost on the proxy path.
     if (!(pick instanceof IssuedPick) || pick.pool !== this || !pick.open) return false;
@@ -212,7 +226,8 @@ export class InstancePool {
         : latencyMs;
       this.#sampled[i] = 1;
     }
-    if (!pick.fallback) this.#breakers[i].record(ok, pick.trial, this.#clock(), pick.generation);
+    if (down) this.#breakers[i].trip(this.#clock());
+    else if (!pick.fallback) this.#breakers[i].record(ok, false, this.#clock(), pick.generation);
     return true;
   }
 
@@ -220,10 +235,11 @@ export class InstancePool {
    * Records an outcome another request worker observed on instance `index`: counters and the
    * breaker's window (ignored while the breaker is not closed, like any late outcome).
    */
-  observe(index: number, ok: boolean): void {
+  observe(index: number, ok: boolean, down = false): void {
     this.#requests[index]++;
     if (!ok) this.#failures[index]++;
-    this.#breakers[index].record(ok, false, this.#clock());
+    if (down) this.#breakers[index].trip(this.#clock());
+    else this.#breakers[index].record(ok, false, this.#clock());
   }
 
   /** `2·active + latency_ms/100 + 10·error_rate` of instance `index`; lower is better. */
@@ -253,10 +269,10 @@ export class InstancePool {
   }
 
   /** Marks instance `index` active and issues the pick. */
-  #take(index: number, trial: boolean, fallback: boolean): Pick {
+  #take(index: number, fallback: boolean): Pick {
     this.#active[index]++;
     if (!fallback) this.#rotation = (index + 1) % this.size;
-    return new IssuedPick(this, index, trial, fallback, this.#breakers[index].generation);
+    return new IssuedPick(this, index, fallback, this.#breakers[index].generation);
   }
 
   /** The next instance in fallback round-robin order that is not in `skip`. */

@@ -219,12 +219,36 @@ export function socksConnect(
   }
 }
 
+/**
+ * Asks a SOCKS5 instance whether it is alive without reaching anything through it: TCP connect,
+ * greeting and (with credentials) authentication, then the connection is closed. This is the
+ * breaker's half-open trial — the gateway's own experiment, never a client's request.
+ *
+ * @param instance the SOCKS server and credentials
+ * @param options the handshake timeout
+ * @throws {SocksError} classified like {@link socksConnect}'s failures
+ */
+export async function socksProbe(
+  instance: SocksInstance,
+  options: SocksConnectOptions,
+): Promise<void> {
+  if (!(options.timeoutMs > 0)) throw new RangeError(`Timeout ${options.timeoutMs} is not > 0`);
+  const withAuth = instance.username !== undefined || instance.password !== undefined;
+  const auth = withAuth ? encodeAuth(instance.username ?? "", instance.password ?? "") : null;
+  const socket = await handshake(instance, null, auth, options);
+  socket.on("error", function ignoreLateError() {});
+  socket.destroy();
+}
+
 type FailureDetail = { reply?: number; cause?: unknown };
 
-/** Runs connect → greeting → (auth) → CONNECT on one socket, settling exactly once. */
+/**
+ * Runs connect → greeting → (auth) → CONNECT on one socket, settling exactly once; with no
+ * `request`, it settles after the greeting and authentication (a probe).
+ */
 function handshake(
   instance: SocksInstance,
-  request: Uint8Array,
+  request: Uint8Array | null,
   auth: Uint8Array | null,
   options: SocksConnectOptions,
 ): Promise<Socket> {
@@ -303,7 +327,11 @@ function handshake(
         }
         if (phase === "auth" && code !== 0x00) return broken("refused the username and password");
         phase = phase === "greeting" && code === 0x02 ? "auth" : "reply";
-        socket.write(phase === "auth" ? auth! : request);
+        if (phase === "reply" && request === null) {
+          detach();
+          return resolve(socket);
+        }
+        socket.write(phase === "auth" ? auth! : request!);
       }
       if (phase === "reply") readReply();
     }

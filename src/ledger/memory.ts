@@ -50,7 +50,18 @@ export const C = {
   completed: C_GLOBAL,
   cancelled: C_GLOBAL + 1,
   doubleRelease: C_GLOBAL + 2,
-  size: C_GLOBAL + 3,
+  /**
+   * What this worker reports about its sockets and descriptors, once a second (gauges kept in
+   * its own stripe; readers sum them): upstream sockets by state, and descriptor exhaustion.
+   */
+  upstreamActive: C_GLOBAL + 3,
+  upstreamIdle: C_GLOBAL + 4,
+  upstreamConnecting: C_GLOBAL + 5,
+  tunnels: C_GLOBAL + 6,
+  descriptorsExhausted: C_GLOBAL + 7,
+  descriptorExhaustions: C_GLOBAL + 8,
+  listenerRearms: C_GLOBAL + 9,
+  size: C_GLOBAL + 10,
 } as const;
 
 /** The buffers behind one ledger; hand them to another worker to share the ledger. */
@@ -113,6 +124,11 @@ export class LedgerMemory {
   /** Adds `delta` to an entry of this worker's stripe (its holdings go up and down). */
   add(index: number, delta: number): void {
     this.counters[this.stripe + index] += delta;
+  }
+
+  /** Sets an entry of this worker's stripe (a gauge only this worker writes). */
+  set(index: number, value: number): void {
+    this.counters[this.stripe + index] = value;
   }
 
   /** An entry of stripe `stripe`. */

@@ -18,6 +18,26 @@ export interface EdgeFacts {
   readonly draining: boolean;
   readonly ready: boolean;
   readonly uptimeSeconds: number;
+  /** Upstream sockets and descriptors, summed over the isolates (see lanes/local_health.ts). */
+  readonly sockets?: SocketFacts;
+}
+
+/** Upstream sockets by state, and the descriptor budget. */
+export interface SocketFacts {
+  readonly connections: {
+    readonly upstream: {
+      readonly active: number;
+      readonly idle: number;
+      readonly connecting: number;
+      readonly tunnels: number;
+    };
+  };
+  readonly descriptors: {
+    readonly limit: number | null;
+    readonly exhausted: boolean;
+    readonly exhaustions: number;
+    readonly listener_rearms: number;
+  };
 }
 
 /** The policy phase's counters, and evictions summed over every tenant's bounded tables. */
@@ -256,6 +276,52 @@ export function renderMetrics(
     egress.cold_backends.length,
   ]]);
   family("egress_retries_total", "counter", "Retries sent.", [["", egress.retries]]);
+  family("egress_probes_total", "counter", "Half-open probes (SOCKS greetings) sent.", [[
+    "",
+    egress.probes,
+  ]]);
+  family("egress_probe_failures_total", "counter", "Half-open probes that failed.", [[
+    "",
+    egress.failed_probes,
+  ]]);
+  const sockets = facts.sockets;
+  if (sockets) {
+    const upstream = sockets.connections.upstream;
+    family(
+      "upstream_sockets",
+      "gauge",
+      "Upstream sockets by state: carrying a request, pooled idle, connecting, raw tunnel.",
+      [
+        ['{state="active"}', upstream.active],
+        ['{state="idle"}', upstream.idle],
+        ['{state="connecting"}', upstream.connecting],
+        ['{state="tunnel"}', upstream.tunnels],
+      ],
+    );
+    const fds = sockets.descriptors;
+    if (fds.limit !== null) {
+      family("descriptors_limit", "gauge", "The open-file limit measured at boot.", [[
+        "",
+        fds.limit,
+      ]]);
+    }
+    family("descriptors_exhausted", "gauge", "1 while file descriptors are exhausted.", [[
+      "",
+      fds.exhausted ? 1 : 0,
+    ]]);
+    family(
+      "descriptor_exhaustions_total",
+      "counter",
+      "Times file descriptors ran out (EMFILE).",
+      [["", fds.exhaustions]],
+    );
+    family(
+      "listener_rearms_total",
+      "counter",
+      "Listeners re-armed after descriptor exhaustion.",
+      [["", fds.listener_rearms]],
+    );
+  }
   family("egress_retry_budget_refusals_total", "counter", "Retries the rolling budget refused.", [[
     "",
     egress.retry_budget_refusals,

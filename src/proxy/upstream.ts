@@ -1,8 +1,16 @@
 /**
  * One proxied exchange: choose a backend and a way out, send the request with its body streamed,
- * and hand back the upstream response to stream down. The attempt loop retries only
- * retry-eligible methods, only before response headers, only while the request body is unread
- * (or there is none), within `attempts` and the rolling retry budget, with full-jitter backoff.
+ * and hand back the upstream response to stream down.
+ *
+ * At most once, by what was written: an attempt counts the bytes it handed to its upstream socket
+ * (head and body). An attempt that wrote nothing — the SOCKS instance or the backend refused the
+ * connection, the handshake failed — sent nothing, so any method may fail over to another way
+ * out. An attempt whose bytes may have reached an upstream is tried again only for a
+ * retry-eligible method, only before response headers, only while the request body is unread (or
+ * there is none). Both stay within `attempts` and the rolling retry budget, with full-jitter
+ * backoff. No HTTP client underneath re-sends on its own (see {@link refuseTransparentRetry}), and
+ * a connection still being set up for a request that is given up (the client left, the deadline
+ * passed) is abandoned with it, so nothing is opened for nobody.
  *
  * Failure classification: the SOCKS instance or backend cannot be reached, or no way out exists →
  * 502 `upstream_unreachable`; the upstream broke the exchange before its headers → 502
@@ -14,8 +22,8 @@
 import http from "node:http";
 import type { Duplex } from "node:stream";
 import { backoffMs, retryEligible } from "../egress/retry.ts";
-import { DirectConnectError } from "../egress/agents.ts";
-import type { Egress, Way } from "../egress/egress.ts";
+import { DirectConnectError, HANDSHAKE_SIGNAL } from "../egress/agents.ts";
+import { type Egress, instanceDown, type Way } from "../egress/egress.ts";
 import { SocksError } from "../egress/socks5.ts";
 import type { RequestContext } from "../server/lane.ts";
 import type { Reply } from "../server/reply.ts";
@@ -55,23 +63,36 @@ class AttemptFailure extends Error {
   readonly instanceOk: boolean;
   /** For the negative cache: false when the backend failed; undefined when it was not reached. */
   readonly backendOk?: boolean;
-  /** True when no request byte left for the upstream, so a retry cannot duplicate anything. */
+  /** True when no request byte was written to an upstream socket: a retry duplicates nothing. */
   readonly unsent: boolean;
+  /** Request bytes (head and body) written to the upstream socket. */
+  readonly sentBytes: number;
   /** True when request body bytes were consumed: the request cannot be replayed. */
   readonly bodyTaken: boolean;
 
   constructor(
     kind: FailureKind,
     cause: unknown,
-    flags: { instanceOk: boolean; backendOk?: boolean; unsent: boolean; bodyTaken: boolean },
+    flags: {
+      instanceOk: boolean;
+      backendOk?: boolean;
+      sentBytes: number;
+      bodyTaken: boolean;
+      instanceDown?: boolean;
+    },
   ) {
     super(kind, { cause });
     this.kind = kind;
     this.instanceOk = flags.instanceOk;
     this.backendOk = flags.backendOk;
-    this.unsent = flags.unsent;
+    this.sentBytes = flags.sentBytes;
+    this.unsent = flags.sentBytes === 0;
     this.bodyTaken = flags.bodyTaken;
+    this.instanceDown = flags.instanceDown === true;
   }
+
+  /** The SOCKS instance could not be connected to at all: its breaker opens at once. */
+  readonly instanceDown: boolean;
 }
 
 /**
@@ -149,6 +170,8 @@ export async function proxyRequest(
       const answer = await sendAttempt(context, backend, way, path, headers, hasBody, bodyLimit);
       const latencyMs = services.clock() - started;
       if (record) record.upstreamMs += latencyMs;
+      const keepAlive = answer.response.headers["keep-alive"];
+      if (typeof keepAlive === "string") egress.idle.honour(answer.response.socket, keepAlive);
       attemptSpan?.setAttribute("http.response.status_code", answer.response.statusCode ?? 0);
       attemptSpan?.end();
       const finish = (ok: boolean) => {
@@ -158,6 +181,7 @@ export async function proxyRequest(
       if (answer.tunnel) {
         // The tunnel's bytes are opaque: its end is neither success nor failure of the instance.
         answer.tunnel.socket.once("close", () => finish(true));
+        egress.holdTunnel(answer.tunnel.socket);
         if (context.upgrade!.head.byteLength > 0) answer.tunnel.socket.write(context.upgrade!.head);
         return {
           status: 101,
@@ -180,9 +204,15 @@ export async function proxyRequest(
       attemptSpan?.setAttribute("portcullis.outcome", (error as AttemptFailure).kind ?? "error");
       attemptSpan?.end();
       if (!(error instanceof AttemptFailure)) throw error;
-      egress.finish(way, backend, { instanceOk: error.instanceOk, backendOk: error.backendOk });
+      egress.finish(way, backend, {
+        instanceOk: error.instanceOk,
+        backendOk: error.backendOk,
+        instanceDown: error.instanceDown,
+      });
+      // Nothing written: any method may go elsewhere. Something written: only a method the route
+      // lets be sent twice, and only with its body still whole.
       const replayable = !error.bodyTaken && (!hasBody || error.unsent);
-      const more = eligible && replayable && !deniedByDeno(error.cause) &&
+      const more = (error.unsent || eligible) && replayable && !deniedByDeno(error.cause) &&
         attempt < action.attempts &&
         !context.aborted && egress.tryRetry();
       if (!more) {
@@ -191,6 +221,8 @@ export async function proxyRequest(
           context,
           attempt,
           new GatewayError(error.kind, { cause: error.cause }),
+          undefined,
+          error.sentBytes,
         );
       }
       const wait = backoffMs(attempt, egress.settings.backoff, () => egress.random());
@@ -205,12 +237,21 @@ function fail(
   attempts: number,
   error: GatewayError,
   detail?: string,
+  sentBytes?: number,
 ): GatewayError {
   const cause = error.cause instanceof Error
     ? `${error.cause.name}: ${describe(error.cause)}`
     : detail ?? "";
+  // Whether the last attempt's bytes may have reached the upstream: an operator reading
+  // "unreachable" must know whether the upstream might have acted on the request anyway.
+  const sent = sentBytes === undefined
+    ? ""
+    : sentBytes === 0
+    ? "; nothing was sent"
+    : `; ${sentBytes} request bytes were sent`;
   services.log(
-    `portcullis: request ${context.requestId}: ${error.kind} after ${attempts} attempt(s): ${cause}`,
+    `portcullis: request ${context.requestId}: ${error.kind} after ${attempts} attempt(s): ` +
+      `${cause}${sent}`,
   );
   return error;
 }
@@ -248,15 +289,19 @@ function sendAttempt(
   bodyLimit: number | undefined,
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
+    // The socket node handed this request, and how many bytes it had written before (a pooled
+    // socket carried earlier requests; a new SOCKS one, its handshake).
+    let socket: Duplex & { bytesWritten?: number; connecting?: boolean } | undefined;
+    let before = 0;
+    const sentBytes = () => socket ? Math.max(0, (socket.bytesWritten ?? 0) - before) : 0;
     // Connected once node handed the request a socket that is done connecting (for SOCKS: after
-    // the CONNECT reply); read when a failure is classified, so no listener is needed for it.
-    const connected = () => {
-      const socket = upstream.socket;
-      return socket !== null && socket !== undefined && !socket.connecting;
-    };
+    // the CONNECT reply).
+    const connected = () => socket !== undefined && socket.connecting !== true;
     let bodyTaken = false;
     let settled = false;
     let stopBody: (() => void) | undefined;
+    // A connection still being made for this attempt is abandoned with it (agents.ts).
+    const handshake = new AbortController();
     const upstream = http.request({
       host: backend.hostname,
       port: backend.port,
@@ -265,7 +310,8 @@ function sendAttempt(
       headers,
       agent: way.agent,
       setHost: false,
-    });
+      [HANDSHAKE_SIGNAL]: handshake.signal,
+    } as http.RequestOptions);
     refuseTransparentRetry(upstream);
     const settle = (error: AttemptFailure | null, answer?: Answer) => {
       if (settled) {
@@ -276,6 +322,7 @@ function sendAttempt(
       waiting.stop();
       if (error) {
         stopBody?.();
+        handshake.abort();
         upstream.destroy();
         reject(error);
       } else {
@@ -289,7 +336,7 @@ function sendAttempt(
         new AttemptFailure("upstream_timeout", new Error("Aborted: deadline or client gone"), {
           instanceOk: !connected(),
           backendOk: connected() ? false : undefined,
-          unsent: !connected(),
+          sentBytes: sentBytes(),
           bodyTaken,
         }),
       )
@@ -307,36 +354,37 @@ function sendAttempt(
         new AttemptFailure(kind, new Error(`Request body over the ${reason}`), {
           instanceOk: true,
           backendOk: true,
-          unsent: false,
+          sentBytes: Math.max(1, sentBytes()),
           bodyTaken: true,
         }),
       );
     };
-    if (hasBody) {
-      upstream.once("socket", (socket) => {
-        const start = () => {
-          if (settled) return;
-          bodyTaken = true;
-          const framing = context.head.body;
-          stopBody = forwardBody(context.request, upstream, {
-            declared: typeof framing === "number" ? framing : undefined,
-            limit: bodyLimit,
-            overflow,
-          });
-        };
-        if (socket.connecting) socket.once("connect", start);
-        else start();
-      });
-    } else {
-      upstream.end();
-    }
+    // Emitted before node writes the head on it.
+    upstream.once("socket", (given) => {
+      socket = given;
+      before = given.bytesWritten ?? 0;
+      if (!hasBody) return;
+      const start = () => {
+        if (settled) return;
+        bodyTaken = true;
+        const framing = context.head.body;
+        stopBody = forwardBody(context.request, upstream, {
+          declared: typeof framing === "number" ? framing : undefined,
+          limit: bodyLimit,
+          overflow,
+        });
+      };
+      if (given.connecting) given.once("connect", start);
+      else start();
+    });
+    if (!hasBody) upstream.end();
     upstream.once("response", (response) => settle(null, { response }));
     if (context.upgrade) {
       upstream.once("upgrade", (response, socket: Duplex, head: Uint8Array) => {
         settle(null, { response, tunnel: { socket, head } });
       });
     }
-    upstream.once("error", (error) => settle(classify(error, connected(), bodyTaken)));
+    upstream.once("error", (error) => settle(classify(error, connected(), bodyTaken, sentBytes())));
   });
 }
 
@@ -353,8 +401,17 @@ function refuseTransparentRetry(request: http.ClientRequest): void {
   (request as unknown as { _retrying: boolean })._retrying = true;
 }
 
-/** Classifies a failed attempt for the pool, the retry rule and the client. */
-function classify(error: Error, connected: boolean, bodyTaken: boolean): AttemptFailure {
+/**
+ * Classifies a failed attempt for the pool, the retry rule and the client. What was sent is the
+ * byte count, whatever the error's type: a connect error after bytes went out on another socket
+ * (a client re-dialling underneath) must not pass for "nothing sent".
+ */
+function classify(
+  error: Error,
+  connected: boolean,
+  bodyTaken: boolean,
+  sentBytes: number,
+): AttemptFailure {
   if (error instanceof SocksError) {
     const kind: FailureKind = error.kind === "timeout"
       ? "upstream_timeout"
@@ -363,8 +420,9 @@ function classify(error: Error, connected: boolean, bodyTaken: boolean): Attempt
     return new AttemptFailure(kind, error, {
       instanceOk: destination,
       backendOk: destination ? false : undefined,
-      unsent: true,
-      bodyTaken: false,
+      sentBytes,
+      bodyTaken,
+      instanceDown: instanceDown(error),
     });
   }
   if (error instanceof DirectConnectError) {
@@ -374,14 +432,14 @@ function classify(error: Error, connected: boolean, bodyTaken: boolean): Attempt
     return new AttemptFailure(kind, error, {
       instanceOk: true,
       backendOk: false,
-      unsent: true,
-      bodyTaken: false,
+      sentBytes,
+      bodyTaken,
     });
   }
   return new AttemptFailure(connected ? "upstream_failed" : "upstream_unreachable", error, {
     instanceOk: false,
     backendOk: connected ? false : undefined,
-    unsent: !connected,
+    sentBytes,
     bodyTaken,
   });
 }
