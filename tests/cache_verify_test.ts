@@ -81,7 +81,9 @@ async function hubAt(place: Place, files: Record<string, string>): Promise<TestH
       config.api.listen = [{ hostname: "127.0.0.1", port: place.port }];
     },
   });
-  await Deno.writeTextFile(join(hub.dir, "tokens", "edge-a.token"), `${place.token}\n`);
+  await Deno.writeTextFile(join(hub.dir, "tokens", "edge-a.token"), `${place.token}\n`, {
+    mode: 0o600, // a secret: the hub refuses a token file group or others may read
+  });
   return {
     ...hub,
     async dispose() {

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { stringify } from "yaml";
 import { readCache } from "../src/config/cache.ts";
-import { freePorts } from "./fixtures/gateway.ts";
+import { ADMIN_AUTH, freePorts } from "./fixtures/gateway.ts";
 import { siteYaml, startTestHub, type TestHub } from "./fixtures/hub_in_process.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { bootEdge, type TestEdge, waitFor } from "./fixtures/in_process.ts";
@@ -34,7 +34,7 @@ interface RemoteView {
 /** Boots a remote-mode edge that follows `url` with a token, caching into `cacheDir`. */
 async function remoteEdge(url: string, token: string, cacheDir: string): Promise<TestEdge> {
   const secrets = await Deno.makeTempDir({ prefix: "portcullis-node-" });
-  await Deno.writeTextFile(`${secrets}/node.token`, `${token}\n`);
+  await Deno.writeTextFile(`${secrets}/node.token`, `${token}\n`, { mode: 0o600 });
   return bootEdge({
     lanes: ["public", "local_health"],
     edit(config) {
@@ -167,6 +167,7 @@ Deno.test("remote edge: with the hub away it serves on, backs off, and restarts 
     const reload = await request(edge.ports.local_health, {
       path: "/v1/config/reload",
       method: "POST",
+      headers: [ADMIN_AUTH],
     });
     assert.equal(reload.status, 502);
     assert.equal(json<{ outcome: string }>(reload).outcome, "unreachable");
@@ -195,6 +196,7 @@ Deno.test("remote edge: POST /v1/config/reload asks the hub at once", async () =
     const reload = await request(edge.ports.local_health, {
       path: "/v1/config/reload",
       method: "POST",
+      headers: [ADMIN_AUTH],
     });
     assert.equal(reload.status, 200);
     assert.equal(json<{ outcome: string }>(reload).outcome, "unchanged");

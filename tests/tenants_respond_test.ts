@@ -40,6 +40,7 @@ Deno.test("loadTenants() resolves a body_file inside the tenants folder", async 
     headers: {},
     body: "",
     file: join(dir, "pages", "home.html"),
+    root: dir, // every request that serves the file reads it rooted here
   });
 });
 

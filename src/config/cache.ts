@@ -16,6 +16,10 @@
  * injection (issue 13) found an edge serving a rewritten tenant file under the hash the hub had
  * sent, and staying on it after the hub came back, because only the pointer was read.
  *
+ * Every read is rooted in the cache folder (rooted_read.ts): a pointer, manifest or file that is,
+ * or links to, something outside it — a generation folder swapped for a symlink included — is
+ * refused like a changed one, by name.
+ *
  * @module
  */
 import { basename, join } from "node:path";
@@ -26,6 +30,7 @@ import {
   isSafeRelativePath,
   writeFileSet,
 } from "./file_set.ts";
+import { readRooted, readRootedText, RootedReadError } from "./rooted_read.ts";
 import { describeIoError } from "./yaml_file.ts";
 
 /** What `current.json` records. */
@@ -54,6 +59,8 @@ const MANIFEST = ".manifest.json";
 const HASH = /^[0-9a-f]{64}$/;
 /** Differences named in a reason; the rest are counted. */
 const NAMED = 5;
+/** The largest pointer or manifest read, in bytes. */
+const MAX_INDEX_BYTES = 16 * 1024 * 1024;
 
 /**
  * Reads and verifies the cache's live generation: the pointer, its folder's manifest, and every
@@ -103,16 +110,16 @@ export async function readCache(cacheDir: string): Promise<CachedGeneration | un
 async function verifyPointed(cacheDir: string): Promise<CacheCheck> {
   let text: string;
   try {
-    text = await Deno.readTextFile(join(cacheDir, POINTER));
+    text = await readRootedText(cacheDir, POINTER, { maxBytes: MAX_INDEX_BYTES });
   } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return { state: "none" };
-    return refused(`${POINTER} cannot be read (${describeIoError(error)})`);
+    if (error instanceof RootedReadError && error.reason === "missing") return { state: "none" };
+    return refused(`${POINTER} ${whyNot(error)}`);
   }
   const pointer = parsePointer(text);
   if (typeof pointer === "string") return refused(`${POINTER} is damaged (${pointer})`);
   const name = `gen-${pointer.generation}`;
   const folder = join(cacheDir, name);
-  const manifest = await readManifest(folder);
+  const manifest = await readManifest(cacheDir, name);
   if (typeof manifest === "string") return refused(`${name}: ${manifest}`);
   if (manifest.generation !== pointer.generation || manifest.hash !== pointer.hash) {
     return refused(
@@ -120,7 +127,7 @@ async function verifyPointed(cacheDir: string): Promise<CacheCheck> {
         `the manifest of ${name} is generation ${manifest.generation}, set ${short(manifest.hash)}`,
     );
   }
-  const { files, differences } = await readAgainst(folder, manifest);
+  const { files, differences } = await readAgainst(cacheDir, name, manifest);
   if (differences.length > 0) {
     const more = differences.length > NAMED ? `; and ${differences.length - NAMED} more` : "";
     return refused(`${differences.slice(0, NAMED).join("; ")}${more}`);
@@ -188,16 +195,23 @@ function parsePointer(text: string): CachedGeneration | string {
   return { generation: value.generation, hash: value.hash, folder: value.folder };
 }
 
-/** A folder's manifest, or what is wrong with it. */
-async function readManifest(folder: string): Promise<Manifest | string> {
+/** Why a rooted read failed, after the file's name: `cannot be read (…)`, `resolves outside …`. */
+function whyNot(error: unknown): string {
+  if (error instanceof RootedReadError && error.reason !== "unreadable") return error.detail;
+  const cause = error instanceof RootedReadError ? error.cause : error;
+  return `cannot be read (${describeIoError(cause)})`;
+}
+
+/** The manifest of generation folder `name` inside the cache, or what is wrong with it. */
+async function readManifest(cacheDir: string, name: string): Promise<Manifest | string> {
   let text: string;
   try {
-    text = await Deno.readTextFile(join(folder, MANIFEST));
+    text = await readRootedText(cacheDir, `${name}/${MANIFEST}`, { maxBytes: MAX_INDEX_BYTES });
   } catch (error) {
-    if (!(error instanceof Deno.errors.NotFound)) {
-      return `${MANIFEST} cannot be read (${describeIoError(error)})`;
+    if (!(error instanceof RootedReadError && error.reason === "missing")) {
+      return `${MANIFEST} ${whyNot(error)}`;
     }
-    const exists = await Deno.stat(folder).then(() => true, () => false);
+    const exists = await Deno.stat(join(cacheDir, name)).then(() => true, () => false);
     return exists ? `no ${MANIFEST}` : "the folder is missing";
   }
   try {
@@ -215,15 +229,17 @@ async function readManifest(folder: string): Promise<Manifest | string> {
 }
 
 /**
- * Reads every entry below `folder` and compares it with the manifest.
+ * Reads every entry below generation folder `name` of the cache (rooted in the cache folder) and
+ * compares it with the manifest.
  *
  * @returns the files read, and one line per difference (`gen-<n>/<path>: …`)
  */
 async function readAgainst(
-  folder: string,
+  cacheDir: string,
+  name: string,
   manifest: Manifest,
 ): Promise<{ files: Map<string, Uint8Array>; differences: string[] }> {
-  const name = basename(folder);
+  const folder = join(cacheDir, name);
   const files = new Map<string, Uint8Array>();
   const differences: string[] = [];
   const reported = new Set<string>();
@@ -254,14 +270,13 @@ async function readAgainst(
       const expected = Object.hasOwn(manifest.files, path) ? manifest.files[path] : undefined;
       let data: Uint8Array;
       try {
-        const size = (await Deno.stat(join(folder, path))).size;
-        if (size > budget) {
-          differ(path, `${size} bytes, more than the cache may hold`);
-          continue;
-        }
-        data = await Deno.readFile(join(folder, path));
+        data = await readRooted(cacheDir, `${name}/${path}`, { maxBytes: budget });
       } catch (error) {
-        differ(path, `cannot be read (${describeIoError(error)})`);
+        const tooLarge = error instanceof RootedReadError && error.reason === "too_large";
+        differ(
+          path,
+          tooLarge ? `${error.size} bytes, more than the cache may hold` : whyNot(error),
+        );
         continue;
       }
       budget -= data.length;

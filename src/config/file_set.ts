@@ -7,6 +7,7 @@
  */
 import { dirname, join, relative, sep } from "node:path";
 import type { ConfigProblem } from "./problems.ts";
+import { readRooted, RootedReadError } from "./rooted_read.ts";
 import { describeIoError } from "./yaml_file.ts";
 
 /** Relative path → contents. */
@@ -22,7 +23,8 @@ export interface FileSetLimits {
 export const FILE_SET_LIMITS: FileSetLimits = { maxFiles: 10_000, maxBytes: 64 * 1024 * 1024 };
 
 /**
- * Reads every regular file below `dir` (hidden files and folders skipped, symlinks not followed).
+ * Reads every regular file below `dir` (hidden files and folders skipped, symlinks not followed),
+ * each rooted in `dir` (rooted_read.ts): a file swapped for a link after the listing is refused.
  *
  * @returns the files, and the problems that make the set unusable
  */
@@ -45,25 +47,33 @@ export async function readFileSet(
         continue;
       }
       if (!entry.isFile) continue;
-      const data = await Deno.readFile(path);
+      const name = relative(dir, path).split(sep).join("/");
+      if (files.size + 1 > limits.maxFiles) throw tooMuch(limits);
+      const data = await readRooted(dir, name, { maxBytes: limits.maxBytes - bytes })
+        .catch((error) => {
+          throw error instanceof RootedReadError && error.reason === "too_large"
+            ? tooMuch(limits)
+            : error;
+        });
       bytes += data.byteLength;
-      files.set(relative(dir, path).split(sep).join("/"), data);
-      if (files.size > limits.maxFiles || bytes > limits.maxBytes) {
-        throw new RangeError(
-          `The folder holds more than ${limits.maxFiles} files or ${limits.maxBytes} bytes`,
-        );
-      }
+      files.set(name, data);
     }
   };
   try {
     await walk(dir);
   } catch (error) {
-    const message = error instanceof RangeError
+    const message = error instanceof RangeError || error instanceof RootedReadError
       ? error.message
       : `Cannot read the runtime folder: ${describeIoError(error)}`;
     problems.push({ file: dir, path: [], message });
   }
   return { files, problems };
+}
+
+function tooMuch(limits: FileSetLimits): RangeError {
+  return new RangeError(
+    `The folder holds more than ${limits.maxFiles} files or ${limits.maxBytes} bytes`,
+  );
 }
 
 /**

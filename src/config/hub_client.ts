@@ -19,7 +19,12 @@ import { type CacheCheck, commitCache, stageCache, verifyCache } from "./cache.t
 import { type FileSet, hashFileSet, isSafeRelativePath, runtimeTextsOf } from "./file_set.ts";
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import type { HubClientConfig } from "./load.ts";
+import { readNamedFile } from "./rooted_read.ts";
 import { reportOutcome } from "./runtime_watch.ts";
+
+/** The hub credentials are secrets; PEM files are small. */
+const SECRET = { secret: true } as const;
+const PEM = { maxBytes: 1 << 20 } as const;
 
 /** What the edge last found in, or wrote to, its cache. */
 interface CacheNote {
@@ -133,13 +138,14 @@ export function followHub(store: ConfigStore, options: FollowOptions): HubFollow
     if (!wait) url.searchParams.set("wait", "0");
     const headers: Record<string, string> = { accept: "application/json" };
     if (hub.tokenFile) {
-      headers.authorization = `Bearer ${(await Deno.readTextFile(hub.tokenFile)).trim()}`;
+      const token = await readNamedFile(hub.tokenFile, "hub.token_file", SECRET);
+      headers.authorization = `Bearer ${token.trim()}`;
     }
     if (hub.tls && !client) {
       client = Deno.createHttpClient({
-        caCerts: [await Deno.readTextFile(hub.tls.caFile)],
-        cert: await Deno.readTextFile(hub.tls.certFile),
-        key: await Deno.readTextFile(hub.tls.keyFile),
+        caCerts: [await readNamedFile(hub.tls.caFile, "hub.tls.ca_file", PEM)],
+        cert: await readNamedFile(hub.tls.certFile, "hub.tls.cert_file", PEM),
+        key: await readNamedFile(hub.tls.keyFile, "hub.tls.key_file", { ...PEM, ...SECRET }),
       });
     }
     const response = await fetch(url, {

@@ -7,10 +7,14 @@
  */
 import { join } from "node:path";
 import { GLOBALS_FILE, type GlobalsDocument, GlobalsSchema } from "./policy_schema.ts";
-import type { ConfigProblem } from "./problems.ts";
+import { type ConfigProblem, excerpt } from "./problems.ts";
+import { readRootedText, RootedReadError } from "./rooted_read.ts";
 import { type TenantDocument, TenantSchema } from "./tenant_schema.ts";
 import { validateFile } from "./validate.ts";
 import { describeIoError, parseYaml, type YamlFile } from "./yaml_file.ts";
+
+/** The largest runtime YAML file read, in bytes: far above any tenant, far below memory. */
+export const MAX_RUNTIME_FILE_BYTES = 4 * 1024 * 1024;
 
 /** One valid tenant file. */
 export interface TenantFile {
@@ -26,7 +30,9 @@ export function isTenantFileName(name: string): boolean {
 
 /**
  * Reads the runtime YAML of a folder once — `globals.yaml` and every tenant file — as text, so a
- * generation is built from one consistent read (and hashed from the same bytes).
+ * generation is built from one consistent read (and hashed from the same bytes). Each file is read
+ * rooted in the folder (rooted_read.ts): a file that is, or links to, something outside it is a
+ * problem naming the file, and none of its bytes are read.
  *
  * @param dir the tenants folder
  * @returns file name → text, and the problems reading them (an unreadable folder or file)
@@ -49,12 +55,15 @@ export async function readRuntimeTexts(
   const problems: ConfigProblem[] = [];
   for (const name of names) {
     try {
-      texts.set(name, await Deno.readTextFile(join(dir, name)));
+      texts.set(name, await readRootedText(dir, name, { maxBytes: MAX_RUNTIME_FILE_BYTES }));
     } catch (error) {
       // Deleted between the listing and the read (an editor's save): the next read sees the truth.
-      if (error instanceof Deno.errors.NotFound) continue;
+      if (error instanceof RootedReadError && error.reason === "missing") continue;
       const file = join(dir, name);
-      problems.push({ file, path: [], message: `Cannot read file: ${describeIoError(error)}` });
+      const message = error instanceof RootedReadError
+        ? error.message
+        : `Cannot read file: ${describeIoError(error)}`;
+      problems.push({ file, path: [], message });
     }
   }
   return { texts, problems };
@@ -62,7 +71,8 @@ export async function readRuntimeTexts(
 
 /**
  * Parses and validates runtime YAML read by {@link readRuntimeTexts} (or received from a hub):
- * `globals.yaml`, then every tenant file in name order, each named after its host.
+ * `globals.yaml`, then every tenant file in name order, each named after its host. A problem
+ * carries a short excerpt of the value at its location, never a whole document.
  *
  * @param dir the folder the files belong to (for diagnostics and `body_file` paths)
  * @param texts file name → text
@@ -79,7 +89,7 @@ export function parseRuntime(
     const source = parseYaml(join(dir, GLOBALS_FILE), globalsText);
     const checked = Array.isArray(source) ? undefined : validateFile(GlobalsSchema, source);
     if (Array.isArray(source)) problems.push(...source);
-    else if (!checked!.ok) problems.push(...checked!.problems);
+    else if (!checked!.ok) problems.push(...checked!.problems.map(excerpt));
     else globals = checked!.value;
   }
   const files: TenantFile[] = [];
@@ -92,7 +102,7 @@ export function parseRuntime(
     }
     const checked = validateFile(TenantSchema, source);
     if (!checked.ok) {
-      problems.push(...checked.problems);
+      problems.push(...checked.problems.map(excerpt));
       continue;
     }
     const stem = name.replace(/\.ya?ml$/, "");

@@ -4,14 +4,18 @@
  * SHA-256(lower-cased host ‖ salt), computed synchronously with `node:crypto` on the request path
  * and memoised in a bounded table.
  *
- * The salt comes from a file the operator provisions. A missing, unreadable, empty or short salt
- * file is a problem the caller reports; there is never a fallback to plain hosts. Where no salt is
+ * The salt comes from a file the operator provisions, read rooted in its folder as a secret
+ * (config/rooted_read.ts): a salt that links out of its folder, or that group or others may read
+ * (give it mode 0600), is refused like a missing, unreadable, empty or short one — a problem the
+ * caller reports, naming the file; there is never a fallback to plain hosts. Where no salt is
  * configured at all, the caller does not expose per-tenant series and writes {@link UNLABELLED}
  * in the tenant field of log lines.
  *
  * @module
  */
 import { createHash } from "node:crypto";
+import { basename, dirname } from "node:path";
+import { readRooted, RootedReadError } from "../config/rooted_read.ts";
 
 /** The tenant field where no salt is configured (and per-tenant series are not exposed). */
 export const UNLABELLED = "-";
@@ -23,6 +27,9 @@ export const MIN_SALT_BYTES = 16;
 export const LABEL_CACHE_LIMIT = 10_000;
 
 const LABEL_HEX_DIGITS = 16;
+
+/** The largest salt file read, in bytes. */
+const MAX_SALT_FILE_BYTES = 64 * 1024;
 
 /** The outcome of {@link TenantLabels.fromFile}: labels, or a problem naming the file. */
 export interface SaltFileResult {
@@ -60,7 +67,8 @@ export class TenantLabels {
   }
 
   /**
-   * Reads the salt file: its bytes with trailing whitespace trimmed.
+   * Reads the salt file: its bytes with trailing whitespace trimmed. The file must be a regular
+   * file inside its folder (no symlink out of it) that only its owner may read (mode 0600).
    *
    * @param path the salt file
    * @returns the labels, or a problem naming the file and why it cannot be used
@@ -68,9 +76,13 @@ export class TenantLabels {
   static async fromFile(path: string): Promise<SaltFileResult> {
     let bytes: Uint8Array;
     try {
-      bytes = await Deno.readFile(path);
+      bytes = await readRooted(dirname(path), basename(path), {
+        maxBytes: MAX_SALT_FILE_BYTES,
+        secret: true,
+      });
     } catch (error) {
-      return { problem: `Cannot read tenant label salt "${path}": ${(error as Error).message}` };
+      const why = error instanceof RootedReadError ? error.detail : (error as Error).message;
+      return { problem: `Cannot read tenant label salt "${path}": ${why}` };
     }
     return TenantLabels.fromSaltBytes(bytes, path);
   }

@@ -1,11 +1,13 @@
 /**
  * Route actions the gateway answers itself: `respond` (fixed status, headers, body or file) and
  * `redirect` (a Location built from the route; when the configured location names no path, the
- * request's path and query are kept).
+ * request's path and query are kept). A body file is opened through the rooted read at every
+ * request (body_file.ts), never trusted from load.
  *
  * @module
  */
 import type { Reply } from "../server/reply.ts";
+import { bodyFileReply } from "./body_file.ts";
 import type { Rewriter } from "./rewrite.ts";
 import type { RequestHead } from "../server/request_head.ts";
 
@@ -39,17 +41,22 @@ export interface ProxyAction {
 /** An action the gateway answers itself. */
 export type LocalAction = Exclude<Action, ProxyAction>;
 
+/** The respond action: a fixed status and headers, with a fixed body or a body file. */
+export interface RespondAction {
+  readonly kind: "respond";
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: string;
+  /** A file (absolute path, inside `root`) streamed as the body instead of `body`. */
+  readonly file?: string;
+  /** The folder `file` must stay inside at every read: the tenants folder. Set with `file`. */
+  readonly root?: string;
+}
+
 /** A compiled route action. */
 export type Action =
   | ProxyAction
-  | {
-    readonly kind: "respond";
-    readonly status: number;
-    readonly headers: Readonly<Record<string, string>>;
-    readonly body: string;
-    /** A resolved file path streamed as the body instead of `body`. */
-    readonly file?: string;
-  }
+  | RespondAction
   | {
     readonly kind: "redirect";
     readonly status: number;
@@ -69,7 +76,8 @@ export function placeholders(location: string): string[] {
 }
 
 /**
- * Runs an action.
+ * Runs an action. A respond action with a body file answers once the file is open (or throws the
+ * rooted read's refusal, which the lane server logs and answers with a 500 envelope).
  *
  * @param action the route's action
  * @param head the request head
@@ -79,21 +87,20 @@ export function placeholders(location: string): string[] {
  * import { runAction } from "./actions.ts";
  * const reply = runAction(
  *   { kind: "redirect", status: 308, location: "https://new.example", keepPath: true },
- *   { path: "/a/b", query: "?x=1" },
+ *   { method: "GET", path: "/a/b", query: "?x=1" },
  *   {},
  * );
- * reply.headers?.location; // "https://new.example/a/b?x=1"
+ * (reply as { headers: Record<string, string> }).headers.location; // "https://new.example/a/b?x=1"
  * ```
  */
 export function runAction(
   action: LocalAction,
-  head: Pick<RequestHead, "path" | "query">,
+  head: Pick<RequestHead, "method" | "path" | "query">,
   params: Readonly<Record<string, string>>,
-): Reply {
+): Reply | Promise<Reply> {
   if (action.kind === "respond") {
-    return action.file
-      ? { status: action.status, headers: action.headers, file: action.file }
-      : { status: action.status, headers: action.headers, body: action.body };
+    if (action.file !== undefined) return bodyFileReply(action, head.method);
+    return { status: action.status, headers: action.headers, body: action.body };
   }
   let location = action.location;
   if (location.includes("{")) {

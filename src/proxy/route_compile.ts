@@ -1,11 +1,13 @@
 /**
  * Compiles one validated route: its path pattern, methods, host and header/query/cookie criteria,
- * and its action — `respond` (with a body file checked to stay inside the tenants folder),
+ * and its action — `respond` (with a body file checked to stay inside the tenants folder here, and
+ * again at every request that serves it),
  * `redirect` (placeholders must be path parameters) or `proxy` (backends, rewrite, retries).
  *
  * @module
  */
 import { isAbsolute, join, normalize, relative, sep } from "node:path";
+import { checkRooted, RootedReadError } from "../config/rooted_read.ts";
 import type { RouteDocument } from "../config/tenant_schema.ts";
 import { type Action, type Backend, namesNoPath, placeholders } from "./actions.ts";
 import { compileRewrite } from "./rewrite.ts";
@@ -105,13 +107,14 @@ async function compileAction(
         (message) => fail(at("respond", "body_file"), respond.body_file, message),
       );
     }
-    return {
-      kind: "respond",
+    const action = {
+      kind: "respond" as const,
       status: respond.status,
       headers: lowerKeys(respond.headers),
       body: respond.body ?? "",
       file,
     };
+    return file === undefined ? action : { ...action, root: site.dir };
   }
   if (route.redirect) {
     const { location, status } = route.redirect;
@@ -168,18 +171,17 @@ async function checkBodyFile(
     return undefined;
   }
   try {
-    const info = await Deno.stat(path);
-    if (!info.isFile) {
-      fail("Not a regular file");
-      return undefined;
-    }
-    // A symlink inside the folder must not lead outside it.
-    if (!inside(await Deno.realPath(dir), await Deno.realPath(path))) {
-      fail("A body file must be inside the tenants folder (it links outside)");
-      return undefined;
-    }
-  } catch {
-    fail("Cannot read the body file");
+    // The check every request that serves it repeats (body_file.ts).
+    await checkRooted(dir, path);
+  } catch (error) {
+    const reason = error instanceof RootedReadError ? error.reason : "unreadable";
+    fail(
+      reason === "outside"
+        ? "A body file must be inside the tenants folder (it links outside)"
+        : reason === "not_regular"
+        ? "Not a regular file"
+        : "Cannot read the body file",
+    );
     return undefined;
   }
   return path;

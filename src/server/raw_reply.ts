@@ -5,8 +5,6 @@
  *
  * @module
  */
-import { createReadStream } from "node:fs";
-import { stat } from "node:fs/promises";
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Reply } from "./reply.ts";
@@ -56,27 +54,15 @@ export function writeRawReply(
   }
   const close = ["connection", "close"];
   if (reply.stream) {
-    const headers = [...(reply.rawHeaders ?? []), ...close];
+    // An upstream's stream carries its rawHeaders; a body file, its route's headers.
+    const given = reply.rawHeaders ?? [...flatHeaders(reply.headers), ...flatHeaders(extra)];
+    const headers = [...given, ...close];
     socket.write(renderHead(reply.status, headers));
     reply.stream.pipeTo(socket as unknown as Parameters<typeof reply.stream.pipeTo>[0]);
     socket.once("finish", () => onDone(true));
     return;
   }
   const base = [...flatHeaders(reply.headers), ...flatHeaders(extra), ...close];
-  if (reply.file !== undefined) {
-    const file = reply.file;
-    stat(file).then((info) => {
-      socket.write(renderHead(reply.status, [...base, "content-length", String(info.size)]));
-      const body = createReadStream(file, { highWaterMark: 16 * 1024 });
-      body.on("error", () => socket.destroy());
-      body.pipe(socket);
-      socket.once("finish", () => onDone(true));
-    }, () => {
-      socket.destroy();
-      onDone(false);
-    });
-    return;
-  }
   const body = reply.body ?? "";
   const bytes = typeof body === "string" ? Buffer.from(body) : body;
   socket.write(renderHead(reply.status, [...base, "content-length", String(bytes.byteLength)]));

@@ -13,11 +13,12 @@ export interface Reply {
   readonly headers?: Readonly<Record<string, string>>;
   /** A fixed body. */
   readonly body?: string | Uint8Array;
-  /** Stream this file as the body (resolved path, already checked to be inside its folder). */
-  readonly file?: string;
   /** Headers as a flat `[name, value, …]` list (a proxied response), instead of `headers`. */
   readonly rawHeaders?: readonly string[];
-  /** Stream this body (a proxied response), with `rawHeaders`. */
+  /**
+   * Stream this body: a proxied response's (with `rawHeaders`), or a body file opened at this
+   * request (with `headers`, Content-Length included).
+   */
   readonly stream?: StreamedBody;
   /** A 101 from upstream: splice the client socket with this upstream socket (`rawHeaders` too). */
   readonly tunnel?: { readonly socket: Duplex; readonly head: Uint8Array };

@@ -1,14 +1,11 @@
 /**
  * The one place a {@link Reply} becomes bytes: status, headers (with the request id), and a fixed
- * body or a streamed file. A file is streamed with backpressure, so a slow reader holds its
- * reservation rather than gateway memory.
+ * body or a streamed one (an upstream's, or a body file opened by the respond action). A stream is
+ * piped with backpressure, so a slow reader holds its reservation rather than gateway memory.
  *
  * @module
  */
-import { createReadStream } from "node:fs";
-import { stat } from "node:fs/promises";
 import type { ServerResponse } from "node:http";
-import { failureReply } from "../proxy/errors.ts";
 import type { Reply } from "./reply.ts";
 
 /**
@@ -24,16 +21,17 @@ export function writeReply(
   extra: Record<string, string>,
 ): void {
   if (reply.stream) {
-    // rawHeaders already carry the request id (hygiene sets it); add only a connection close.
-    const headers = extra.connection
-      ? [...(reply.rawHeaders ?? []), "connection", extra.connection]
-      : reply.rawHeaders ?? [];
-    response.writeHead(reply.status, headers as string[]);
+    if (reply.rawHeaders) {
+      // rawHeaders already carry the request id (hygiene sets it); add only a connection close.
+      const headers = extra.connection
+        ? [...reply.rawHeaders, "connection", extra.connection]
+        : reply.rawHeaders;
+      response.writeHead(reply.status, headers as string[]);
+    } else {
+      // A body file: its headers (Content-Length included) are the route's, plus the server's.
+      response.writeHead(reply.status, { ...reply.headers, ...extra });
+    }
     reply.stream.pipeTo(response);
-    return;
-  }
-  if (reply.file !== undefined) {
-    streamFile(response, reply, reply.file, extra);
     return;
   }
   const body = reply.body ?? "";
@@ -44,31 +42,4 @@ export function writeReply(
     "content-length": String(length),
   });
   response.end(body);
-}
-
-function streamFile(
-  response: ServerResponse,
-  reply: Reply,
-  file: string,
-  extra: Record<string, string>,
-): void {
-  stat(file).then((info) => {
-    if (response.destroyed) return;
-    response.writeHead(reply.status, {
-      ...reply.headers,
-      ...extra,
-      "content-length": String(info.size),
-    });
-    if (response.req.method === "HEAD") {
-      response.end();
-      return;
-    }
-    const stream = createReadStream(file, { highWaterMark: 16 * 1024 });
-    stream.on("error", () => response.destroy());
-    response.on("close", () => stream.destroy());
-    stream.pipe(response);
-  }, () => {
-    if (response.destroyed || response.headersSent) return;
-    writeReply(response, failureReply("internal_error", extra["x-request-id"] ?? ""), extra);
-  });
 }

@@ -5,11 +5,19 @@
  * certificate generated at boot (bootstrap.ts). A reload re-reads every file; a file that fails
  * keeps its previous certificate live, and the failure is reported, naming the file and why.
  *
+ * Every read is rooted (config/rooted_read.ts) in the folder the config names the file in — the
+ * folder `flags` grants: a certificate or key that is, or became, a symlink out of it is refused,
+ * and so is a private key that group or others may read (`0600` is the mode to give it).
+ *
  * @module
  */
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import tls from "node:tls";
+import { readNamedFile } from "../config/rooted_read.ts";
 import { generateCertificate } from "./bootstrap.ts";
+
+/** The largest PEM file read, in bytes (a long chain is a few KiB). */
+const MAX_PEM_BYTES = 1024 * 1024;
 
 /** One configured certificate. */
 export interface CertificateSource {
@@ -220,16 +228,6 @@ export function certificateNames(certificate: X509Certificate): string[] {
   return cn ? [cn.toLowerCase()] : [];
 }
 
-async function readPem(file: string, what: string): Promise<string> {
-  try {
-    return await Deno.readTextFile(file);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) {
-      throw new Error(`${what} file ${file} does not exist`);
-    }
-    if (error instanceof Deno.errors.NotCapable) {
-      throw new Error(`${what} file ${file} is not granted by --allow-read`);
-    }
-    throw new Error(`cannot read ${what} file ${file}`);
-  }
+function readPem(file: string, what: "certificate" | "key"): Promise<string> {
+  return readNamedFile(file, `${what} file`, { maxBytes: MAX_PEM_BYTES, secret: what === "key" });
 }
