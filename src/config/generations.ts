@@ -9,7 +9,7 @@
  * @module
  */
 import type { FileSet } from "./file_set.ts";
-import type { ConfigProblem } from "./problems.ts";
+import { type ConfigProblem, problemFromError } from "./problems.ts";
 import { buildRegistry, type TenantRegistry } from "../proxy/tenants.ts";
 
 /** One live (or once live) tenant set. */
@@ -166,7 +166,7 @@ export class ConfigStore {
     ConfigProblem[]
   > {
     const next = this.#queue.then(async () => {
-      const built = await buildRegistry(offer.dir, offer.texts, this.current.registry);
+      const built = await buildSafely(offer.dir, offer.texts, this.current.registry);
       const problems = built.registry ? this.#check(built.registry) : built.problems;
       if (problems.length > 0 || !built.registry) return problems;
       this.#prepared.set(offer.number, {
@@ -283,7 +283,7 @@ export class ConfigStore {
       return { outcome: "unchanged", generation: live };
     }
     const number = offer.number ?? live.number + 1;
-    const built = await buildRegistry(offer.dir, offer.texts, live.registry);
+    const built = await buildSafely(offer.dir, offer.texts, live.registry);
     const problems = built.registry ? this.#check(built.registry) : built.problems;
     if (!built.registry || problems.length > 0) {
       return this.#recordRejection({
@@ -320,6 +320,22 @@ export class ConfigStore {
     for (const listener of this.#listeners) listener(generation);
     this.#notify();
     return { outcome: "loaded", generation };
+  }
+}
+
+/**
+ * {@link buildRegistry}, with anything it throws turned into a problem: a set that cannot be
+ * built is a rejection, never a failed reload (issue 14: an alias bomb threw through every reload).
+ */
+async function buildSafely(
+  dir: string,
+  texts: ReadonlyMap<string, string>,
+  previous: TenantRegistry,
+): Promise<{ registry?: TenantRegistry; problems: ConfigProblem[] }> {
+  try {
+    return await buildRegistry(dir, texts, previous);
+  } catch (error) {
+    return { problems: [problemFromError(dir, error)] };
   }
 }
 

@@ -64,6 +64,30 @@ export function formatValue(value: unknown): string {
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }
 
+/** The longest value a problem carries as it was found; a longer one is cut to an excerpt. */
+export const EXCERPT_CHARS = 80;
+
+/**
+ * A problem whose value is at most an excerpt: a number, boolean or short string stays as found;
+ * anything longer (a whole document that is not a mapping, a list, a mapping) becomes its first
+ * {@link EXCERPT_CHARS} characters, so a rejection says where a file is wrong without echoing it.
+ *
+ * @example
+ * ```ts
+ * import { excerpt } from "./problems.ts";
+ * const whole = "root:x:0:0:root:/root:/bin/bash\n".repeat(20);
+ * const problem = excerpt({ file: "zz.yaml", path: [], value: whole, message: "Expected a mapping" });
+ * (problem.value as string).length; // 80
+ * ```
+ */
+export function excerpt(problem: ConfigProblem): ConfigProblem {
+  const value = problem.value;
+  if (value === undefined || value === null || typeof value === "number") return problem;
+  if (typeof value === "boolean") return problem;
+  if (typeof value === "string" && value.length <= EXCERPT_CHARS) return problem;
+  return { ...problem, value: formatValue(value) };
+}
+
 /** Renders one problem as `file:line:col: path: message (got value)`. */
 export function formatProblem(problem: ConfigProblem): string {
   const where = problem.at ? `${problem.file}:${problem.at}` : problem.file;
@@ -71,4 +95,25 @@ export function formatProblem(problem: ConfigProblem): string {
     ? ` (got ${formatValue(problem.value)})`
     : "";
   return `${where}: ${formatPath(problem.path)}: ${problem.message}${got}`;
+}
+
+/**
+ * A problem for a load that threw instead of reporting problems — a bug or a resource limit met
+ * outside the parser: named in one line (error name and first line of its message), never with a
+ * stack trace, so a reload records a rejection instead of failing.
+ *
+ * @param file the file or folder being loaded
+ * @param error what was thrown
+ * @example
+ * ```ts
+ * import { problemFromError } from "./problems.ts";
+ * problemFromError("/srv/tenants", new RangeError("Maximum call stack size exceeded")).message;
+ * // "Cannot load the set: RangeError: Maximum call stack size exceeded"
+ * ```
+ */
+export function problemFromError(file: string, error: unknown): ConfigProblem {
+  const said = error instanceof Error
+    ? `${error.name}: ${error.message.split("\n")[0]}`
+    : String(error).split("\n")[0];
+  return { file, path: [], message: `Cannot load the set: ${said}` };
 }

@@ -35,7 +35,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { FileSet } from "./file_set.ts";
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import { hashTexts } from "./generations.ts";
-import { type ConfigProblem, formatProblem } from "./problems.ts";
+import { type ConfigProblem, formatProblem, problemFromError } from "./problems.ts";
 import { readRuntimeTexts } from "./tenant_files.ts";
 
 /** How many rounds a folder that keeps changing is waited for before giving up. */
@@ -191,12 +191,19 @@ export function runtimeReloader(
     waiting = undefined;
     const before = wrote;
     wrote = false;
-    const got = await readSettled(dir, {
-      read,
-      pauseMs: debounceMs,
-      inPlace: () => before || wrote, // a write seen while this read waits counts too
-      signal: stopping.signal,
-    });
+    let got: FolderRead;
+    try {
+      got = await readSettled(dir, {
+        read,
+        pauseMs: debounceMs,
+        inPlace: () => before || wrote, // a write seen while this read waits counts too
+        signal: stopping.signal,
+      });
+    } catch (error) {
+      // Stopping ends the reload; anything else is a rejected load, recorded and answered 422.
+      if (stopping.signal.aborted) throw error;
+      return report(await store.reject("directory", [problemFromError(dir, error)]));
+    }
     if (got.problems.length > 0) return report(await store.reject("directory", got.problems));
     const { texts, hash, files } = got;
     return report(await store.offer({ dir, texts, source: "directory", hash, files }));

@@ -1,15 +1,34 @@
 /**
  * How a node proves who it is to the hub: a client certificate chained to the hub's client CA whose
- * CN is the node id (mutual TLS; the TLS layer has already refused any other chain), or — where the
- * hub has no TLS — a bearer token equal to the contents of `<tokens_dir>/<node_id>.token`, compared
- * in constant time. An unknown node and a wrong token get the same answer.
+ * only CN is exactly the node id (mutual TLS; the TLS layer has already refused any other chain),
+ * or — where the hub has no TLS — a bearer token equal to the contents of
+ * `<tokens_dir>/<node_id>.token`. An unknown node and a wrong token get the same answer, after the
+ * same work.
+ *
+ * Why tokens are not read per request: reading `<node_id>.token` when a request asks for it makes
+ * the answer's time say whether the file exists. Measured on two busy cores (issue 14, 1,000
+ * interleaved pairs a round): an unknown node answered 10–30 µs slower than a known node with a
+ * wrong token (the NotFound error costs more than the read), every round — enough to enumerate node
+ * ids. So the folder is read whole into a {@link TokenBook} of HMAC digests, and a request does the
+ * same thing whatever node it names: one `stat` of the folder, one HMAC of the token it presented,
+ * one constant-time comparison of two 32-byte digests — the node's, or a dummy's made at start for
+ * nodes that have none. `tests/hub_auth_timing_test.ts` holds the two kinds of answer to a
+ * signed-rank test.
+ *
+ * Why the certificate's subject is read from its DER: a subject may carry several CNs (`/CN=edge-1
+ * /CN=edge-2`), and taking the first let such a certificate act as `edge-1`. A certificate must
+ * name exactly one CN, and it must equal the node id character for character (no trimming, no case
+ * folding: `EDGE-1`, `edge-1.`, `edge-1 ` and `edge-1\0` are other names).
  *
  * @module
  */
-import { timingSafeEqual } from "node:crypto";
+import "reflect-metadata";
+import * as x509 from "@peculiar/x509";
+import { createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
-import { join } from "node:path";
 import type { TLSSocket } from "node:tls";
+import { readRootedText, RootedReadError } from "../config/rooted_read.ts";
+import { describeIoError } from "../config/yaml_file.ts";
 
 /** The outcome of authenticating one request. */
 export type AuthResult =
@@ -34,48 +53,177 @@ const REFUSED: AuthResult = {
   message: "The node could not be authenticated",
 };
 
-/** Mutual TLS: the peer certificate's CN must be the node id. */
+const WRONG_NODE: AuthResult = {
+  ok: false,
+  status: 403,
+  code: "wrong_node",
+  message: "The client certificate was issued to another node",
+};
+
+const AMBIGUOUS: AuthResult = {
+  ok: false,
+  status: 403,
+  code: "ambiguous_certificate",
+  message: "The client certificate must name exactly one node (one CN)",
+};
+
+/** Mutual TLS: the peer certificate's one CN must be the node id, exactly. */
 export function certificateAuth(): NodeAuthenticator {
-  return (request, nodeId) => {
+  return function authenticateCertificate(request, nodeId) {
     const socket = request.socket as TLSSocket;
     if (!socket.authorized) return Promise.resolve(REFUSED);
-    const cn = socket.getPeerCertificate()?.subject?.CN;
-    const name = Array.isArray(cn) ? cn[0] : cn;
-    if (name !== nodeId) {
-      return Promise.resolve({
-        ok: false,
-        status: 403,
-        code: "wrong_node",
-        message: "The client certificate was issued to another node",
-      });
-    }
-    return Promise.resolve({ ok: true });
+    const names = commonNamesOf(socket.getPeerCertificate()?.raw);
+    if (names.length !== 1) return Promise.resolve(AMBIGUOUS);
+    return Promise.resolve(names[0] === nodeId ? { ok: true } : WRONG_NODE);
   };
 }
 
-/** Token files: `Authorization: Bearer <token>` must equal `<dir>/<node_id>.token` (trimmed). */
-export function tokenAuth(dir: string): NodeAuthenticator {
-  return async (request, nodeId) => {
+/**
+ * Every CN of a certificate's subject, in order, as encoded: several RDNs or a multi-valued RDN
+ * give several; a value of a type that is not a string comes back as `#` and its hex (never a
+ * node id).
+ *
+ * @param der the certificate, DER encoded
+ * @returns the CNs; none when `der` is absent or does not parse
+ */
+export function commonNamesOf(der: Uint8Array | undefined): string[] {
+  if (!der || der.byteLength === 0) return [];
+  try {
+    const subject = new x509.X509Certificate(Uint8Array.from(der)).subjectName.toJSON();
+    return subject.flatMap((rdn) => rdn.CN ?? []);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Token files: `Authorization: Bearer <token>` must equal `<dir>/<node_id>.token` (trimmed). Each
+ * file is read rooted in `dir` as a secret (config/rooted_read.ts): one that links out of the
+ * folder, or that group or others may read (mode other than 0600/0400), authenticates nobody
+ * (logged once). Files are read into a {@link TokenBook}, never on behalf of one request.
+ *
+ * @param dir the tokens folder
+ * @param options where refused token files are logged
+ */
+export function tokenAuth(
+  dir: string,
+  options: { readonly log?: (line: string) => void } = {},
+): NodeAuthenticator {
+  const book = new TokenBook(dir, options.log ?? (() => {}));
+  return async function authenticateToken(request, nodeId) {
     const header = request.headers.authorization ?? "";
     const match = /^Bearer ([\x21-\x7e]{1,1024})$/.exec(header);
-    let expected = "";
-    try {
-      expected = (await Deno.readTextFile(join(dir, `${nodeId}.token`))).trim();
-    } catch {
-      // An unknown node: still compare, so timing says nothing about which nodes exist.
-    }
-    const ok = await constantTimeEqual(match?.[1] ?? "", expected) && expected.length > 0 &&
-      match !== null;
-    return ok ? { ok: true } : REFUSED;
+    const entry = await book.lookup(nodeId);
+    const presented = book.digest(match?.[1] ?? "");
+    const same = timingSafeEqual(presented, entry.digest);
+    return same && entry.known && match !== null ? { ok: true } : REFUSED;
   };
 }
 
-/** Compares two secrets in constant time (over their SHA-256 digests, so lengths do not leak). */
-export async function constantTimeEqual(a: string, b: string): Promise<boolean> {
-  const encoder = new TextEncoder();
-  const [da, db] = await Promise.all([
-    crypto.subtle.digest("SHA-256", encoder.encode(a)),
-    crypto.subtle.digest("SHA-256", encoder.encode(b)),
-  ]);
-  return timingSafeEqual(new Uint8Array(da), new Uint8Array(db));
+/** Reads one node's token file: rooted in the folder, a secret, at most 4 KiB, trimmed. */
+async function readTokenFile(dir: string, nodeId: string): Promise<string> {
+  return (await readRootedText(dir, `${nodeId}.token`, { maxBytes: 4096, secret: true })).trim();
+}
+
+/** A folder read that is re-read at least this often, so a token rewritten in place is seen. */
+const REREAD_MS = 1000;
+
+/**
+ * A folder changed this recently may change again within the same mtime tick (file times come from
+ * a coarse clock): a read made so soon after is not trusted, and the next request reads again.
+ */
+const RACY_MS = 100;
+
+/**
+ * The tokens folder, held as HMAC-SHA-256 digests under a key made at start (the tokens themselves
+ * are not kept). A lookup stats the folder and reads it again only when its mtime changed (a token
+ * file added, removed or renamed into place), when the last read was too close to a change to
+ * trust, or after {@link REREAD_MS}: what triggers a read is the folder, never the node a request
+ * names. Concurrent lookups that see the same folder share one read.
+ */
+class TokenBook {
+  readonly #dir: string;
+  readonly #log: (line: string) => void;
+  readonly #key = crypto.getRandomValues(new Uint8Array(32));
+  /** What a node without a token is compared against: the digest of a random token. */
+  readonly #dummy: Uint8Array;
+  #digests = new Map<string, Uint8Array>();
+  #read?: { readonly mtime: number; readonly at: number; readonly seq: number };
+  #pending?: { readonly mtime: number; readonly done: Promise<void> };
+  #started = 0;
+  /** What the last read refused, so each refusal is logged once while it lasts. */
+  #refusals = new Set<string>();
+
+  /**
+   * @param dir the tokens folder
+   * @param log where refused token files are reported (each once while it lasts)
+   */
+  constructor(dir: string, log: (line: string) => void) {
+    this.#dir = dir;
+    this.#log = log;
+    const random = crypto.getRandomValues(new Uint8Array(32));
+    this.#dummy = this.digest(Array.from(random, (b) => b.toString(16).padStart(2, "0")).join(""));
+  }
+
+  /** The keyed digest of a secret (32 bytes), the same work for any secret of a given length. */
+  digest(secret: string): Uint8Array {
+    return new Uint8Array(createHmac("sha256", this.#key).update(secret).digest());
+  }
+
+  /** The node's digest, or the dummy's (`known: false`) — after the same work either way. */
+  async lookup(nodeId: string): Promise<{ digest: Uint8Array; known: boolean }> {
+    await this.#refresh();
+    const digest = this.#digests.get(nodeId);
+    return { digest: digest ?? this.#dummy, known: digest !== undefined };
+  }
+
+  async #refresh(): Promise<void> {
+    const mtime = await Deno.stat(this.#dir).then((info) => info.mtime?.getTime() ?? 0, () => -1);
+    const read = this.#read;
+    const now = Date.now();
+    if (read && read.mtime === mtime && now - read.at < REREAD_MS && read.at - mtime > RACY_MS) {
+      return;
+    }
+    if (this.#pending?.mtime !== mtime) {
+      const pending = { mtime, done: this.#readFolder(mtime) };
+      this.#pending = pending;
+      pending.done.then(() => {
+        if (this.#pending === pending) this.#pending = undefined;
+      });
+    }
+    await this.#pending!.done;
+  }
+
+  /** Reads every `<node_id>.token`; never throws (an unreadable folder holds no tokens). */
+  async #readFolder(mtime: number): Promise<void> {
+    const seq = ++this.#started;
+    const at = Date.now();
+    const digests = new Map<string, Uint8Array>();
+    const refusals: string[] = [];
+    try {
+      for await (const entry of Deno.readDir(this.#dir)) {
+        const nodeId = entry.name.endsWith(".token") ? entry.name.slice(0, -".token".length) : "";
+        if (!NODE_ID.test(nodeId)) continue;
+        try {
+          const token = await readTokenFile(this.#dir, nodeId);
+          if (token.length > 0) digests.set(nodeId, this.digest(token));
+        } catch (error) {
+          // Removed since the listing: the folder's mtime changed, so the next request reads again.
+          if (error instanceof RootedReadError && error.reason === "missing") continue;
+          refusals.push(`${(error as Error).message}; node "${nodeId}" cannot authenticate`);
+        }
+      }
+    } catch (error) {
+      refusals.push(`Cannot read the tokens folder: ${describeIoError(error)}; no node can`);
+    }
+    if (this.#read && this.#read.seq > seq) return; // a later read finished first
+    this.#digests = digests;
+    this.#read = { mtime, at, seq };
+    for (const refusal of refusals) {
+      if (!this.#refusals.has(refusal)) {
+        this.#log(`portcullis: hub tokens in ${this.#dir}: ${refusal}`);
+      }
+    }
+    this.#refusals = new Set(refusals);
+  }
 }
