@@ -54,71 +54,82 @@ Deno.test("auditPermissions() accepts exactly the grants the config needs", () =
   assert.deepEqual(auditPermissions(GRANTS, fakeQuery(EXACT)), { refusals: [], warnings: [] });
 });
 
+/** The refusals' closing clauses: the derived flag for a permission, or that there is none. */
+const NEEDS_NET = `the config needs --allow-net=${NET.join(",")}`;
+const NEEDS_READ = `the config needs --allow-read=${
+  GRANTS.filter((g) => g.name === "read")
+    .map((g) => g.value).join(",")
+}`;
+
 Deno.test("auditPermissions() refuses -A with a reason per ambient authority", () => {
   const result = auditPermissions(GRANTS, fakeQuery({ all: true }));
   assert.deepEqual(result.refusals, [
-    "Unscoped --allow-net (or -A) grants every host; grant only the configured ones",
-    "--allow-run grants running programs; Portcullis never needs it",
-    "--allow-ffi grants loading native code; Portcullis never needs it",
-    "Unscoped --allow-write grants writing every file; grant only socket paths",
+    `Unscoped --allow-net (or -A) grants every host; ${NEEDS_NET}`,
+    "--allow-run grants running programs (unscoped); the config needs no --allow-run",
+    "--allow-ffi grants loading native code (unscoped); the config needs no --allow-ffi",
+    "Unscoped --allow-write grants writing every file; the config needs no --allow-write",
+    `Unscoped --allow-read grants reading every file; ${NEEDS_READ}`,
+    "Unscoped --allow-env grants reading every variable; the config needs no --allow-env, only " +
+    "--ignore-env=LOG_STREAM,LOG_TOKENS (Deno reads OTEL_* itself)",
+    "Unscoped --allow-sys grants all system information; the config needs no --allow-sys",
+    "Unscoped --allow-import grants loading code from every host; the config needs no " +
+    "--allow-import",
   ]);
-  assert.deepEqual(result.warnings, [
-    "Unscoped --allow-read grants reading every file",
-    "Unscoped --allow-env grants reading every variable",
-    "--allow-sys grants system information",
-  ]);
+  assert.deepEqual(result.warnings, []);
 });
 
 Deno.test("auditPermissions() refuses unscoped --allow-net", () => {
   const result = auditPermissions(GRANTS, fakeQuery({ ...EXACT, net: true }));
   assert.deepEqual(result.refusals, [
-    "Unscoped --allow-net (or -A) grants every host; grant only the configured ones",
+    `Unscoped --allow-net (or -A) grants every host; ${NEEDS_NET}`,
   ]);
   assert.deepEqual(result.warnings, []);
 });
 
 Deno.test("auditPermissions() refuses --allow-run, unscoped or for a shell", () => {
-  const refusal = "--allow-run grants running programs; Portcullis never needs it";
-  for (const run of [true, ["sh"], ["/bin/sh"], ["bash"], ["deno"]] as Scope[]) {
+  assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ ...EXACT, run: true })).refusals, [
+    "--allow-run grants running programs (unscoped); the config needs no --allow-run",
+  ]);
+  for (const command of ["sh", "/bin/sh", "bash", "deno"]) {
     assert.deepEqual(
-      auditPermissions(GRANTS, fakeQuery({ ...EXACT, run })).refusals,
-      [refusal],
-      `--allow-run=${run}`,
+      auditPermissions(GRANTS, fakeQuery({ ...EXACT, run: [command] })).refusals,
+      [`--allow-run reaches ${command}, which the config does not need; the config needs no --allow-run`],
+      `--allow-run=${command}`,
     );
   }
 });
 
 Deno.test("auditPermissions() refuses --allow-ffi", () => {
   assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ ...EXACT, ffi: true })).refusals, [
-    "--allow-ffi grants loading native code; Portcullis never needs it",
+    "--allow-ffi grants loading native code (unscoped); the config needs no --allow-ffi",
   ]);
 });
 
-Deno.test("auditPermissions() refuses unscoped --allow-write but not a scoped one", () => {
+Deno.test("auditPermissions() refuses unscoped --allow-write, and a scoped one the config lacks", () => {
   assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ ...EXACT, write: true })).refusals, [
-    "Unscoped --allow-write grants writing every file; grant only socket paths",
+    "Unscoped --allow-write grants writing every file; the config needs no --allow-write",
   ]);
+  const under = (base: string) => (path: string) => path === base || path.startsWith(`${base}/`);
   assert.deepEqual(
-    auditPermissions(GRANTS, fakeQuery({ ...EXACT, write: ["/run/portcullis"] })).refusals,
-    [],
+    auditPermissions(GRANTS, fakeQuery({ ...EXACT, write: under("/tmp") })).refusals,
+    ["--allow-write reaches /tmp, which the config does not need; the config needs no --allow-write"],
   );
 });
 
 Deno.test("auditPermissions() refuses a CIDR or wildcard net grant that reaches a canary", () => {
+  const refusal = (found: string) =>
+    `--allow-net reaches ${found}, which the config does not need; ${NEEDS_NET}`;
   const cidr = (host: string) => NET.includes(host) || host.startsWith("203.0.113.");
   assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ ...EXACT, net: cidr })).refusals, [
-    "--allow-net reaches 203.0.113.77:443, which no configured listener needs; " +
-    "grant exact host:port pairs",
+    refusal("203.0.113.77:443 (a documentation address)"),
   ]);
   const wildcard = (host: string) => NET.includes(host) || host.endsWith(".invalid:443");
   assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ ...EXACT, net: wildcard })).refusals, [
-    "--allow-net reaches canary.portcullis.invalid:443, which no configured listener needs; " +
-    "grant exact host:port pairs",
+    refusal("canary.portcullis.invalid:443 (a documentation address)"),
   ]);
   const v6 = (host: string) => NET.includes(host) || host.startsWith("[2001:db8:");
   assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ ...EXACT, net: v6 })).refusals, [
-    "--allow-net reaches [2001:db8::77]:443, which no configured listener needs; " +
-    "grant exact host:port pairs",
+    refusal("[2001:db8::77]:443 (a documentation address)"),
   ]);
 });
 
@@ -130,13 +141,18 @@ Deno.test("auditPermissions() refuses a host granted on every port", () => {
   ]);
 });
 
-Deno.test("auditPermissions() picks a canary port the config does not use", () => {
+Deno.test("auditPermissions() probes only ports the config does not use", () => {
   const grants: Grant[] = [
     { name: "net", value: "[::1]:1", purpose: 'lane "public" listener' },
     { name: "net", value: "[::1]:2", purpose: 'lane "local_health" listener' },
   ];
+  assert.deepEqual(auditPermissions(grants, fakeQuery({ net: ["[::1]:1", "[::1]:2"] })), {
+    refusals: [],
+    warnings: [],
+  });
   assert.deepEqual(auditPermissions(grants, fakeQuery({ net: ["[::1]"] })).refusals, [
-    "--allow-net grants every port of [::1] ([::1]:3 is granted); grant exact host:port pairs",
+    "--allow-net grants every port of [::1] ([::1]:65535 is granted); " +
+    "grant exact host:port pairs",
   ]);
 });
 
@@ -169,24 +185,23 @@ Deno.test("auditPermissions() names missing socket read and write grants", () =>
   );
 });
 
-Deno.test("auditPermissions() only warns about unscoped --allow-read", () => {
+Deno.test("auditPermissions() refuses unscoped --allow-read", () => {
   assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ net: NET, read: true })), {
-    refusals: [],
-    warnings: ["Unscoped --allow-read grants reading every file"],
+    refusals: [`Unscoped --allow-read grants reading every file; ${NEEDS_READ}`],
+    warnings: [],
   });
 });
 
 Deno.test("auditPermissions() defaults to Deno's own permission query", () => {
-  const held = (name: "write" | "read") => Deno.permissions.querySync({ name }).state === "granted";
-  const result = auditPermissions(GRANTS);
-  assert.equal(
-    result.refusals.includes(
-      "Unscoped --allow-write grants writing every file; grant only socket paths",
-    ),
-    held("write"),
-  );
-  assert.equal(
-    result.warnings.includes("Unscoped --allow-read grants reading every file"),
-    held("read"),
-  );
+  // The test task grants unscoped read, write, run and env, and every port of loopback.
+  const held = (name: "read" | "write" | "run" | "env") =>
+    Deno.permissions.querySync({ name }).state === "granted";
+  const { refusals } = auditPermissions(GRANTS);
+  const starts = (prefix: string) => refusals.some((refusal) => refusal.startsWith(prefix));
+  assert.equal(starts("Unscoped --allow-read grants reading every file"), held("read"));
+  assert.equal(starts("Unscoped --allow-write grants writing every file"), held("write"));
+  assert.equal(starts("--allow-run grants running programs (unscoped)"), held("run"));
+  assert.equal(starts("Unscoped --allow-env grants reading every variable"), held("env"));
+  const everyPort = Deno.permissions.querySync({ name: "net", host: "127.0.0.1:1" }).state;
+  assert.equal(starts("--allow-net grants every port of 127.0.0.1"), everyPort === "granted");
 });

@@ -1,41 +1,102 @@
 /**
- * The boot-time permission audit. Portcullis refuses to start while it holds ambient authority
- * (`-A`, unscoped `--allow-net`, `--allow-run`, `--allow-ffi`, unscoped `--allow-write`), while a
- * net grant reaches beyond the configured addresses, or while a grant the config needs is missing —
- * naming each one.
+ * The boot-time permission audit. The exact permission set a config needs is what `flags` prints
+ * (`requiredGrants`); Portcullis refuses to start while it holds any grant beyond that set, or
+ * while a grant of the set is missing — naming each, with the flag that would be right.
  *
- * Deno can answer "is X granted?" but cannot list what was granted, so grants are found by probing:
- * unscoped run/ffi/write/net, a run grant for a shell or `deno`, and canary net addresses (a
- * documentation-range host, and a spare port on each configured host). A run grant for one specific
- * other program, or ffi for one specific library, answers "not granted" to every probe and is not
- * detected.
+ * Deno can answer "is X granted?" but cannot list what was granted, so extra grants are found by
+ * probing, and every probe is one the exact set answers "not granted" (a probe the set covers, such
+ * as a port the config listens on, is never asked — so `[::1]` for `[0:0:0:0:0:0:0:1]`, or a path
+ * written another way, is never refused). Probed:
+ * - every permission unscoped (`-A`, `--allow-net`, `--allow-read`, …);
+ * - net: hosts of each address class — documentation, private (10/8, 172.16/12, 192.168/16,
+ *   100.64/10, fc00::/7), link-local and cloud metadata, loopback and unspecified, each on a few
+ *   ports; other ports of each configured host (1, 65535, each neighbour, common service ports);
+ *   container runtime sockets;
+ * - read, write and ffi: `/`, `/etc`, `/tmp`, `/root`, `/home`, `/proc/self` and more, the parent
+ *   folder of each granted path and a file beside it; write also on each path granted only for
+ *   reading, and on the Deno binary;
+ * - env: secrets and common variables, and the variables `--ignore-env` hides (the derived set
+ *   answers "denied" for those); sys: every kind; run: shells, interpreters, `deno`; import: canary
+ *   hosts (not the hosts Deno allows by default).
+ *
+ * What a probe cannot see: a grant for one specific other thing — a run grant for an unusual
+ * program, ffi for a library elsewhere, read on a path nobody probed, net to one host:port outside
+ * the probed hosts and ports, or a subdomain wildcard of a configured name.
  *
  * @module
  */
-import { type Grant, isAuthority } from "./flags.ts";
+import { dirname, join, resolve } from "node:path";
+import { formatFlags, type Grant, isAuthority } from "./flags.ts";
 
 /** Answers a permission query without prompting (`Deno.permissions.querySync` in production). */
 export type PermissionQuery = (descriptor: Deno.PermissionDescriptor) => Deno.PermissionState;
 
 /** The audit's findings. */
 export interface AuditResult {
-  /** Reasons to refuse the boot; empty when the permission set is acceptable. */
+  /** Reasons to refuse the boot; empty when the permission set is exactly the derived one. */
   readonly refusals: string[];
-  /** Broad grants that are not refused but worth an operator's look. */
+  /** Findings that do not refuse the boot (every grant beyond the derived set now refuses). */
   readonly warnings: string[];
 }
 
-/** Addresses no config of ours ever needs: if one is granted, the net grant is too broad. */
-const NET_CANARIES = ["203.0.113.77:443", "[2001:db8::77]:443", "canary.portcullis.invalid:443"];
-/** Commands whose grant would hand out a shell. */
-const RUN_CANARIES = ["sh", "/bin/sh", "bash", "deno"];
+/** Net hosts no config of ours needs, by class (a configured host is probed per port instead). */
+const NET_CLASSES: readonly (readonly [string, readonly string[]])[] = [
+  [
+    "a documentation address",
+    words(`203.0.113.77 198.51.100.7 192.0.2.7 [2001:db8::77]
+    canary.portcullis.invalid example.com`),
+  ],
+  [
+    "a private address",
+    words(`10.0.0.1 10.255.255.254 172.16.0.1 172.31.255.254 192.168.0.1
+    192.168.255.254 100.64.0.1 [fc00::1] [fd00::1]`),
+  ],
+  [
+    "a link-local or cloud metadata address",
+    words(`169.254.169.254 169.254.0.1 [fe80::1]
+    [fd00:ec2::254] metadata.google.internal`),
+  ],
+  [
+    "a loopback or unspecified address",
+    words(`127.0.0.1 127.0.0.2 127.1.2.3 127.255.255.254
+    [::1] localhost 0.0.0.0 [::]`),
+  ],
+];
+/** Ports probed on each canary host, 443 first (HTTPS is the likeliest narrow grant). */
+const CANARY_PORTS = [443, 80, 1, 65535, 22, 2375, 3306, 5432, 6379, 8080, 9200, 11211, 27017];
+const UNIX_CANARIES = words(`unix:/var/run/docker.sock unix:/run/docker.sock
+  unix:/run/containerd/containerd.sock`);
+const PATH_CANARIES = words(`/ /etc /etc/passwd /etc/shadow /tmp /root /home /proc/self
+  /proc/self/environ /var/run/docker.sock /usr/lib /lib`);
+/** Commands whose grant would hand out a shell or an interpreter (and the Deno binary). */
+const RUN_CANARIES = words(`sh /bin/sh /usr/bin/sh bash /bin/bash /usr/bin/bash dash zsh env
+  /usr/bin/env python3 perl node curl wget nc busybox deno`);
+const ENV_CANARIES = words(`AWS_SECRET_ACCESS_KEY AWS_ACCESS_KEY_ID AWS_SESSION_TOKEN HOME PATH
+  USER GITHUB_TOKEN NPM_TOKEN DENO_AUTH_TOKENS OTEL_EXPORTER_OTLP_HEADERS`);
+/** Every kind of system information Deno 2.9.6 lets `--allow-sys` grant one by one. */
+const SYS_KINDS = words(`hostname osRelease osUptime loadavg networkInterfaces systemMemoryInfo
+  uid gid username cpus homedir statfs getPriority setPriority`) as SysKind[];
+/** Import hosts Deno does not allow by default (it does allow deno.land, jsr.io, esm.sh, …). */
+const IMPORT_CANARIES = words("canary.portcullis.invalid:443 203.0.113.77:443 example.com:443");
+
+type SysKind = NonNullable<Deno.SysPermissionDescriptor["kind"]>;
+
+function words(text: string): string[] {
+  return text.trim().split(/\s+/);
+}
 
 const queryDeno: PermissionQuery = (descriptor) => Deno.permissions.querySync(descriptor).state;
 
+/** What every check reads: the derived grants, and whether a descriptor is granted. */
+interface Audit {
+  readonly grants: readonly Grant[];
+  readonly granted: (descriptor: Deno.PermissionDescriptor) => boolean;
+}
+
 /**
- * Audits the process's permissions against the grants its config needs.
+ * Audits the process's permissions against exactly the grants its config needs.
  *
- * @param grants what the config needs (from `requiredGrants`)
+ * @param grants what the config needs (from `requiredGrants`; `formatFlags` prints them)
  * @param query the permission query; defaults to Deno's
  * @example
  * ```ts
@@ -48,42 +109,173 @@ export function auditPermissions(
   grants: readonly Grant[],
   query: PermissionQuery = queryDeno,
 ): AuditResult {
-  const refusals: string[] = [];
-  const warnings: string[] = [];
-  const granted = (descriptor: Deno.PermissionDescriptor) => query(descriptor) === "granted";
+  const audit: Audit = { grants, granted: (descriptor) => query(descriptor) === "granted" };
+  const checks: [Deno.PermissionDescriptor["name"], string, () => string[]][] = [
+    ["net", "Unscoped --allow-net (or -A) grants every host", () => extraNet(audit)],
+    ["run", "--allow-run grants running programs (unscoped)", () => extraRun(audit)],
+    ["ffi", "--allow-ffi grants loading native code (unscoped)", () => extraPaths(audit, "ffi")],
+    ["write", "Unscoped --allow-write grants writing every file", () => extraPaths(audit, "write")],
+    ["read", "Unscoped --allow-read grants reading every file", () => extraPaths(audit, "read")],
+    ["env", "Unscoped --allow-env grants reading every variable", () => extraNamed(audit, "env")],
+    ["sys", "Unscoped --allow-sys grants all system information", () => extraNamed(audit, "sys")],
+    [
+      "import",
+      "Unscoped --allow-import grants loading code from every host",
+      () => extraNamed(audit, "import"),
+    ],
+  ];
+  const refusals = checks.flatMap(([name, refusal, scoped]) =>
+    audit.granted({ name } as Deno.PermissionDescriptor)
+      ? [`${refusal}; ${rightFlag(grants, name)}`]
+      : scoped()
+  );
+  return { refusals: [...refusals, ...missing(audit)], warnings: [] };
+}
 
-  if (granted({ name: "net" })) {
-    refusals.push("Unscoped --allow-net (or -A) grants every host; grant only the configured ones");
+/** What the derived set holds of one permission, as a clause of a refusal. */
+function rightFlag(grants: readonly Grant[], name: string): string {
+  const flag = formatFlags(grants.filter((g) => g.name === name));
+  if (flag) return `the config needs ${flag}`;
+  const ignored = formatFlags(grants.filter((g) => g.name === "ignore-env"));
+  return `the config needs no --allow-${name}` +
+    (name === "env" && ignored ? `, only ${ignored} (Deno reads OTEL_* itself)` : "");
+}
+
+/** The refusal for a grant that reaches `found`, which is outside the derived set. */
+function beyond(grants: readonly Grant[], name: string, found: string): string {
+  return `--allow-${name} reaches ${found}, which the config does not need; ` +
+    rightFlag(grants, name);
+}
+
+/** One refusal per net address class, and one per configured host, that a probe reaches. */
+function extraNet({ grants, granted }: Audit): string[] {
+  const reaches = (host: string) => granted({ name: "net", host });
+  const ports = configuredPorts(grants);
+  const refusals: string[] = [];
+  for (const [label, hosts] of NET_CLASSES) {
+    const hit = hosts.filter((host) => !ports.has(canonicalHost(host)))
+      .flatMap((host) => CANARY_PORTS.map((port) => `${host}:${port}`))
+      .find(reaches);
+    if (hit) refusals.push(beyond(grants, "net", `${hit} (${label})`));
   }
-  if (
-    granted({ name: "run" }) || RUN_CANARIES.some((command) => granted({ name: "run", command }))
-  ) {
-    refusals.push("--allow-run grants running programs; Portcullis never needs it");
+  const socket = UNIX_CANARIES.find((path) => !ports.has(path) && reaches(path));
+  if (socket) refusals.push(beyond(grants, "net", `${socket} (a container runtime socket)`));
+  for (const [host, used] of ports) {
+    if (used === "every") continue;
+    const spare = [...new Set([1, 65535, ...[...used].flatMap((p) => [p - 1, p + 1])])]
+      .concat(CANARY_PORTS)
+      .filter((port, i, all) =>
+        port > 0 && port < 65536 && !used.has(port) && all.indexOf(port) === i
+      )
+      .map((port) => `${host}:${port}`);
+    const hits = spare.filter(reaches);
+    if (hits.length === 0) continue;
+    refusals.push(
+      hits.length === spare.length
+        ? `--allow-net grants every port of ${host} (${hits[0]} is granted); ` +
+          "grant exact host:port pairs"
+        : beyond(grants, "net", `${hits.join(", ")} (another port of a configured host)`),
+    );
   }
-  if (granted({ name: "ffi" })) {
-    refusals.push("--allow-ffi grants loading native code; Portcullis never needs it");
+  return refusals;
+}
+
+/** Each configured net host (canonical) with the ports the config uses on it. */
+function configuredPorts(grants: readonly Grant[]): Map<string, Set<number> | "every"> {
+  const ports = new Map<string, Set<number> | "every">();
+  for (const grant of grants) {
+    if (grant.name !== "net") continue;
+    const port = grant.value.startsWith("unix:") ? null : /:(\d+)$/.exec(grant.value);
+    const host = port ? canonicalHost(grant.value.slice(0, port.index)) : grant.value;
+    const used = ports.get(host) ?? new Set<number>();
+    ports.set(host, used === "every" || !port ? "every" : used.add(Number(port[1])));
   }
-  if (granted({ name: "write" })) {
-    refusals.push("Unscoped --allow-write grants writing every file; grant only socket paths");
+  return ports;
+}
+
+/**
+ * A host as Deno compares it: lower case, IPv6 compressed, an IPv4-mapped IPv6 address as IPv4.
+ */
+function canonicalHost(host: string): string {
+  let name: string;
+  try {
+    name = new URL(`http://${host}/`).hostname;
+  } catch {
+    return host.toLowerCase();
   }
-  if (!granted({ name: "net" })) {
-    for (const host of NET_CANARIES) {
-      if (granted({ name: "net", host })) {
-        refusals.push(
-          `--allow-net reaches ${host}, which no configured listener needs; grant exact host:port pairs`,
-        );
-        break;
-      }
-    }
-    for (const host of portCanaries(grants)) {
-      if (granted({ name: "net", host })) {
-        refusals.push(
-          `--allow-net grants every port of ${host.replace(/:\d+$/, "")} (${host} is granted); ` +
-            "grant exact host:port pairs",
-        );
-      }
-    }
+  const mapped = /^\[::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})\]$/.exec(name);
+  if (!mapped) return name;
+  const [high, low] = [parseInt(mapped[1], 16), parseInt(mapped[2], 16)];
+  return [high >> 8, high & 255, low >> 8, low & 255].join(".");
+}
+
+/** Shells, interpreters and the Deno binary that a run grant reaches. */
+function extraRun({ grants, granted }: Audit): string[] {
+  const runs = [...RUN_CANARIES, Deno.execPath()].filter((command) =>
+    granted({ name: "run", command })
+  );
+  return runs.length > 0 ? [beyond(grants, "run", runs.join(", "))] : [];
+}
+
+/** The outermost probed paths outside the derived set that a read, write or ffi grant reaches. */
+function extraPaths({ grants, granted }: Audit, name: "read" | "write" | "ffi"): string[] {
+  const hits = outermost(pathProbes(grants, name).filter((path) => granted({ name, path })));
+  return hits.length > 0 ? [beyond(grants, name, hits.join(", "))] : [];
+}
+
+/**
+ * Absolute paths to probe for `name`, widest first, leaving out those the derived set covers: the
+ * canaries, and the parent of each granted path with a file beside it; for write also each path
+ * granted only for reading, and the Deno binary.
+ */
+function pathProbes(grants: readonly Grant[], name: "read" | "write" | "ffi"): string[] {
+  let cwd: string | undefined;
+  try {
+    cwd = Deno.cwd();
+  } catch { /* relative paths stay relative */ }
+  const absolute = (path: string) => cwd ? resolve(cwd, path) : path;
+  const held = (of: string) => grants.filter((g) => g.name === of).map((g) => absolute(g.value));
+  const near = [...held("read"), ...held("write")].flatMap((path) => [
+    dirname(path),
+    join(dirname(path), ".portcullis-audit-sibling"),
+  ]);
+  const probes = [...PATH_CANARIES, ...near];
+  if (name === "write") probes.push(...held("read"), Deno.execPath());
+  const covered = held(name);
+  return [...new Set(probes)].sort(byDepth).filter((path) =>
+    !covered.some((base) => path === base || path.startsWith(base === "/" ? "/" : `${base}/`))
+  );
+}
+
+function byDepth(a: string, b: string): number {
+  return a.split("/").length - b.split("/").length || a.localeCompare(b);
+}
+
+/** The paths (widest first) that are not under an earlier one: `/` stands for all under it. */
+function outermost(paths: readonly string[]): string[] {
+  const kept: string[] = [];
+  for (const path of paths) {
+    if (!kept.some((base) => base === "/" || path.startsWith(`${base}/`))) kept.push(path);
   }
+  return kept;
+}
+
+/** The env variables, sys kinds or import hosts probed that a scoped grant reaches. */
+function extraNamed({ grants, granted }: Audit, name: "env" | "sys" | "import"): string[] {
+  // The derived set hides these with --ignore-env (Deno answers "denied"); --allow-env grants them.
+  const ignored = grants.filter((g) => g.name === "ignore-env").map((g) => g.value);
+  const probes: [string, Deno.PermissionDescriptor][] = name === "env"
+    ? [...ENV_CANARIES, ...ignored].map((variable) => [variable, { name, variable }])
+    : name === "sys"
+    ? SYS_KINDS.map((kind) => [kind, { name, kind }])
+    : IMPORT_CANARIES.map((host) => [host, { name, host }]);
+  const hits = probes.filter(([, descriptor]) => granted(descriptor)).map(([value]) => value);
+  return hits.length > 0 ? [beyond(grants, name, hits.join(", "))] : [];
+}
+
+/** A refusal for each grant of the derived set the process does not hold. */
+function missing({ grants, granted }: Audit): string[] {
+  const refusals: string[] = [];
   for (const grant of grants.filter(isAuthority)) {
     const descriptor: Deno.PermissionDescriptor = grant.name === "net"
       ? { name: "net", host: grant.value }
@@ -94,26 +286,5 @@ export function auditPermissions(
       );
     }
   }
-  if (granted({ name: "read" })) warnings.push("Unscoped --allow-read grants reading every file");
-  if (granted({ name: "env" })) warnings.push("Unscoped --allow-env grants reading every variable");
-  if (granted({ name: "sys" })) warnings.push("--allow-sys grants system information");
-  return { refusals, warnings };
-}
-
-/** For each configured TCP host, one port the config does not use. */
-function portCanaries(grants: readonly Grant[]): string[] {
-  const ports = new Map<string, Set<string>>();
-  for (const grant of grants) {
-    if (grant.name !== "net" || grant.value.startsWith("unix:")) continue;
-    const cut = grant.value.lastIndexOf(":");
-    const host = grant.value.slice(0, cut);
-    if (!ports.has(host)) ports.set(host, new Set());
-    ports.get(host)!.add(grant.value.slice(cut + 1));
-  }
-  const canaries: string[] = [];
-  for (const [host, used] of ports) {
-    const spare = ["1", "2", "3"].find((port) => !used.has(port))!;
-    canaries.push(`${host}:${spare}`);
-  }
-  return canaries;
+  return refusals;
 }
