@@ -13,7 +13,7 @@ import type { EdgeServices } from "../src/edge/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
 import { type PolicyFacts, renderMetrics } from "../src/observe/metrics.ts";
 import { failureReply } from "../src/proxy/errors.ts";
-import type { LaneDescriptor } from "../src/server/lane.ts";
+import type { LaneDescriptor, RequestContext } from "../src/server/lane.ts";
 import { jsonReply } from "../src/server/reply.ts";
 
 const READ = ["GET", "HEAD"] as const;
@@ -126,6 +126,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       path: "/v1/tls/reload",
       methods: ["POST"],
       handle: async function reloadTls(context, services) {
+        if (!acting(context, services)) return refused(context);
         if (!services.tls) return failureReply("route_not_allowed", context.requestId);
         const problems = await services.tls.reload();
         return jsonReply({ reloaded: problems.length === 0, problems, tls: services.tls.status() });
@@ -146,6 +147,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       path: "/v1/config/reload",
       methods: ["POST"],
       handle: async function reloadConfig(context, services) {
+        if (!acting(context, services)) return refused(context);
         if (!services.reloadConfig) return failureReply("route_not_allowed", context.requestId);
         let outcome;
         try {
@@ -167,7 +169,8 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
     {
       path: "/v1/drain",
       methods: ["POST"],
-      handle: function drain(_context, services) {
+      handle: function drain(context, services) {
+        if (!acting(context, services)) return refused(context);
         services.drain();
         return jsonReply({ draining: true, active_requests: activeRequests(services) }, 202);
       },
@@ -175,6 +178,19 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
   ],
   drains: false,
 };
+
+/** True when the request may act on the edge (see server/admin.ts). */
+function acting(context: RequestContext, services: EdgeServices): boolean {
+  const authorization = context.request.headers.authorization;
+  return services.admin.permits(context.peer, authorization);
+}
+
+/** The answer to an acting request without the credential. */
+function refused(context: RequestContext) {
+  return failureReply("admin_credential_required", context.requestId, {
+    headers: { "www-authenticate": 'Bearer realm="portcullis"' },
+  });
+}
 
 /**
  * The isolates serving this edge and the requests each admitted (all lanes): worker 0 serves the

@@ -158,6 +158,8 @@ Deno.test("cli flags: prints exactly one line with the grants the config needs",
       result.stdout,
       `--allow-net=127.0.0.1:${ports.public},127.0.0.1:${ports.local_health},` +
         `127.0.0.1:${ports.provider_health} --allow-read=${dir.config},${dir.dir}/tenants,` +
+        // The admin token every test edge gets (fixtures/gateway.ts).
+        `${dir.dir}/admin.token,` +
         // The public lane's request worker loads its code from the checkout (run from its root).
         "src,lanes --ignore-env=LOG_STREAM,LOG_TOKENS\n",
     );

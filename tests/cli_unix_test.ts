@@ -11,26 +11,10 @@ import {
   runCli,
   writeConfig,
 } from "./fixtures/gateway.ts";
-
-const CLIENT = new URL("./fixtures/unix_get.ts", import.meta.url).pathname;
+import { unixRequest } from "./fixtures/unix_request.ts";
 
 async function unixGet(socket: string, path: string): Promise<string> {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--no-prompt",
-      `--allow-net=unix:${socket}`,
-      `--allow-read=${socket}`,
-      `--allow-write=${socket}`,
-      CLIENT,
-      socket,
-      path,
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
-  return new TextDecoder().decode(output.stdout);
+  return await unixRequest(socket, path);
 }
 
 function unixConfig(publicPort: number) {

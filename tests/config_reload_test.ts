@@ -11,6 +11,7 @@ import { stringify } from "yaml";
 import { json, request } from "./fixtures/http_client.ts";
 import { bootEdge, type TestEdge, waitFor } from "./fixtures/in_process.ts";
 import { UpstreamFixture } from "./fixtures/upstream.ts";
+import { ADMIN_AUTH } from "./fixtures/gateway.ts";
 
 /** `/v1/config` as served. */
 interface ConfigView {
@@ -120,6 +121,7 @@ Deno.test("POST /v1/config/reload reads the folder now, watch or not", async () 
     const reload = await request(t.ports.local_health, {
       method: "POST",
       path: "/v1/config/reload",
+      headers: [ADMIN_AUTH],
     });
     assert.equal(reload.status, 200);
     assert.equal(json(reload).outcome, "loaded");
@@ -127,12 +129,17 @@ Deno.test("POST /v1/config/reload reads the folder now, watch or not", async () 
     const again = await request(t.ports.local_health, {
       method: "POST",
       path: "/v1/config/reload",
+      headers: [ADMIN_AUTH],
     });
     assert.equal(json(again).outcome, "unchanged");
     assert.equal(json(again).generation, 2);
 
     await Deno.writeTextFile(`${tenantsDir(t)}/manual.test.yaml`, "host: [unclosed\n");
-    const bad = await request(t.ports.local_health, { method: "POST", path: "/v1/config/reload" });
+    const bad = await request(t.ports.local_health, {
+      method: "POST",
+      path: "/v1/config/reload",
+      headers: [ADMIN_AUTH],
+    });
     assert.equal(bad.status, 422);
     assert.equal(json(bad).outcome, "rejected");
     assert.deepEqual(await get(t, "manual.test"), [200, "manual"]);

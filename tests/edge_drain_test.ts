@@ -18,6 +18,7 @@ import {
   withEdge,
   within,
 } from "./fixtures/in_process.ts";
+import { ADMIN_AUTH } from "./fixtures/gateway.ts";
 
 const BIG = new Uint8Array(16 * 1024 * 1024).fill(0x61);
 const HOME: [string, string][] = [["Host", "demo.test"]];
@@ -97,10 +98,18 @@ Deno.test("drain: POST /v1/drain answers 202 and refuses a request already on it
     try {
       await writeAll(late, new TextEncoder().encode("GET / HTTP/1.1\r\nHost: demo.test\r\n"));
       await waitFor(() => t.snapshot(), (s) => s.lanes.public.connections === 2);
-      const started = await request(t.ports.local_health, { method: "POST", path: "/v1/drain" });
+      const started = await request(t.ports.local_health, {
+        method: "POST",
+        path: "/v1/drain",
+        headers: [ADMIN_AUTH],
+      });
       assert.equal(started.status, 202);
       assert.deepEqual(json(started), { draining: true, active_requests: 1 });
-      const again = await request(t.ports.local_health, { method: "POST", path: "/v1/drain" });
+      const again = await request(t.ports.local_health, {
+        method: "POST",
+        path: "/v1/drain",
+        headers: [ADMIN_AUTH],
+      });
       assert.equal(again.status, 202, "drain is idempotent");
       assert.equal(await connectionRefused(t.ports.public), true);
 

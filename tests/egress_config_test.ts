@@ -59,6 +59,7 @@ Deno.test("loadConfig() fills every egress default and trusts no proxy by defaul
   assert.deepEqual(config.egress, {
     socks: [],
     direct: [],
+    allow_private: [],
     connect_timeout_ms: 10_000,
     body_idle_ms: 60_000,
     idle_socket_ms: 30_000,
@@ -202,7 +203,7 @@ Deno.test("planEdge() refuses breaker.min_samples above breaker.window", async (
 
 Deno.test("planEdge() refuses a proxy backend with no way out, naming the tenant file", async () => {
   const { file, tenantFile } = await writeSetup(
-    'egress:\n  direct: ["10.0.0.5:8080"]\n',
+    'egress:\n  direct: ["10.0.0.5:8080"]\n  allow_private: ["10.0.0.5:8080"]\n',
     proxyTenant("http://10.0.0.5:8080", "http://backend.example:8080"),
   );
   const error = await configErrorOf(
@@ -222,6 +223,30 @@ Deno.test("planEdge() refuses a proxy backend with no way out, naming the tenant
   );
 });
 
+Deno.test("planEdge() refuses a private backend listed in direct but not in allow_private", async () => {
+  for (
+    const [allow, refused] of [["", true], ["  allow_private: [10.0.0.4/31]\n", false]] as const
+  ) {
+    const { file, tenantFile } = await writeSetup(
+      `egress:\n  direct: ["10.0.0.5:8080"]\n${allow}`,
+      proxyTenant("http://10.0.0.5:8080"),
+    );
+    const planned = planEdge(await loadConfig(file), LANES);
+    if (!refused) {
+      await planned;
+      continue;
+    }
+    const error = await configErrorOf(planned, "planEdge() let a private backend through");
+    assert.deepEqual(error.problems.map((p) => [p.file, p.path.join("/")]), [
+      [tenantFile, "routes/1/proxy/backends/0/url"],
+    ]);
+    assert.match(
+      error.message,
+      /Destination 10\.0\.0\.5:8080 is a private address, not in egress\.allow_private of /,
+    );
+  }
+});
+
 Deno.test("planEdge() counts a backend without a port as port 80 when checking reach", async () => {
   const { file, tenantFile } = await writeSetup(
     'egress:\n  direct: ["backend.example:8080"]\n',
@@ -239,7 +264,7 @@ Deno.test("planEdge() counts a backend without a port as port 80 when checking r
 
 Deno.test("planEdge() accepts a backend listed in direct, case-insensitively", async () => {
   const plan = await planOf(
-    'egress:\n  direct: ["Backend.EXAMPLE:8080", "10.0.0.5:8080"]\n',
+    'egress:\n  direct: ["Backend.EXAMPLE:8080", "10.0.0.5:8080"]\n  allow_private: ["10.0.0.0/8"]\n',
     proxyTenant("http://10.0.0.5:8080", "http://backend.Example:8080"),
   );
   const [tenant] = plan.tenants.tenants;

@@ -10,7 +10,14 @@
 import assert from "node:assert/strict";
 import { stringify } from "yaml";
 import type { Generation } from "../src/config/generations.ts";
-import { DEMO_TENANT, freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
+import {
+  ADMIN_AUTH,
+  DEMO_TENANT,
+  freePorts,
+  Gateway,
+  proofConfig,
+  writeConfig,
+} from "./fixtures/gateway.ts";
 import { json, type RawResponse, request } from "./fixtures/http_client.ts";
 import { bootEdge, type TestEdge, waitFor } from "./fixtures/in_process.ts";
 
@@ -142,7 +149,11 @@ Deno.test("POST /v1/config/reload waits for a file still being written", async (
     await withPausedWriter(async (host) => {
       let answer!: Promise<RawResponse>;
       const reload = () => {
-        answer = request(t.ports.local_health, { method: "POST", path: "/v1/config/reload" });
+        answer = request(t.ports.local_health, {
+          method: "POST",
+          path: "/v1/config/reload",
+          headers: [ADMIN_AUTH],
+        });
       };
       const gap = await writeInTwoParts(`${t.dir.dir}/tenants`, host, DEBOUNCE / 2, reload);
       const reloaded = await answer;

@@ -20,6 +20,7 @@ import {
 } from "./fixtures/certs.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { type ConfigObject, type TestEdge, waitFor, withEdge } from "./fixtures/in_process.ts";
+import { ADMIN_AUTH } from "./fixtures/gateway.ts";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -151,6 +152,7 @@ tlsTest(
       const response = await request(t.ports.local_health, {
         method: "POST",
         path: "/v1/tls/reload",
+        headers: [ADMIN_AUTH],
       });
       assert.equal(response.status, 200);
       const body = json<{ reloaded: boolean; problems: string[]; tls: TlsHealth }>(response);

@@ -16,7 +16,7 @@ import {
   tlsTest,
   writeCertificate,
 } from "./fixtures/certs.ts";
-import { freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
+import { ADMIN_AUTH, freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
 
@@ -56,7 +56,11 @@ tlsTest(
       assert.equal(h2.alpn, "h2");
       assert.equal(h2.body, "tenant a.test");
 
-      const reload = await request(healthPort, { method: "POST", path: "/v1/tls/reload" });
+      const reload = await request(healthPort, {
+        method: "POST",
+        path: "/v1/tls/reload",
+        headers: [ADMIN_AUTH],
+      });
       assert.deepEqual(json(reload).problems, [], "the files are readable under the derived flags");
 
       const renewed = await pki.issue("a.test", { file: "renewed", unwritten: true });

@@ -19,6 +19,7 @@ import {
 } from "./fixtures/certs.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { type TestEdge, waitFor, withEdge } from "./fixtures/in_process.ts";
+import { ADMIN_AUTH } from "./fixtures/gateway.ts";
 
 interface ReloadAnswer {
   reloaded: boolean;
@@ -32,7 +33,11 @@ interface ReloadAnswer {
 }
 
 async function reload(t: TestEdge): Promise<ReloadAnswer> {
-  const response = await request(t.ports.local_health, { method: "POST", path: "/v1/tls/reload" });
+  const response = await request(t.ports.local_health, {
+    method: "POST",
+    path: "/v1/tls/reload",
+    headers: [ADMIN_AUTH],
+  });
   assert.equal(response.status, 200);
   return json<ReloadAnswer>(response);
 }

@@ -17,6 +17,7 @@ import { shareEgress } from "../src/egress/share.ts";
 import { EgressSchema } from "../src/config/egress_schema.ts";
 import * as v from "valibot";
 import {
+  ADMIN_AUTH,
   DEMO_TENANT,
   freePorts,
   Gateway,
@@ -43,7 +44,8 @@ async function twoWorkers(
 
 /** `GET path` on local_health over a fresh connection, as JSON. */
 async function local<T>(gateway: Gateway, path: string, method = "GET"): Promise<T> {
-  const response = await request(gateway.ports.local_health, { path, method });
+  const headers = method === "GET" ? [] : [ADMIN_AUTH];
+  const response = await request(gateway.ports.local_health, { path, method, headers });
   return json<T>(response);
 }
 

@@ -90,6 +90,9 @@ export function requiredGrants(
   if (config.observe.saltFile) {
     grants.push({ name: "read", value: config.observe.saltFile, purpose: "tenant label salt" });
   }
+  if (config.admin.tokenFile) {
+    grants.push({ name: "read", value: config.admin.tokenFile, purpose: "admin token" });
+  }
   if (config.acme) {
     grants.push({
       name: "read",

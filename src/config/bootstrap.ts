@@ -198,6 +198,11 @@ export const BootstrapSchema = v.strictObject({
   runtime: RuntimeWatch,
   /** Remote mode: the hub and how this node proves who it is. */
   hub: v.optional(HubClient),
+  /**
+   * Who may act on the edge through `local_health` (drain, reloads): a bearer token read from
+   * `token_file`. Without it, only a client of a Unix socket listener may act.
+   */
+  admin: v.optional(v.strictObject({ token_file: v.optional(Text) }), {}),
   /** Remote mode: where the last good generation is kept across restarts. */
   cache_dir: v.optional(Text),
   lanes: v.strictObject({

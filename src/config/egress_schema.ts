@@ -5,6 +5,8 @@
  * @module
  */
 import * as v from "valibot";
+import { parseCidr } from "../proxy/cidr.ts";
+import { splitTarget } from "../egress/destinations.ts";
 import { IpLiteral, Port, wholeNumber } from "./fields.ts";
 
 /** `host:port` as `--allow-net` spells it (IPv6 in brackets). */
@@ -36,6 +38,23 @@ export const EgressSchema = v.optional(
   v.strictObject({
     socks: v.optional(v.array(v.strictObject({ hostname: IpLiteral, port: Port })), []),
     direct: v.optional(v.array(HostPort, "Expected a list of host:port"), []),
+    /**
+     * Internal destinations (loopback, private, link-local, unique-local, …) tenants may reach:
+     * CIDRs or exact host:port targets. Everything internal not listed is refused at connect time.
+     */
+    allow_private: v.optional(
+      v.array(
+        v.pipe(
+          v.string("Expected a CIDR such as 10.0.0.0/8 or a host:port"),
+          v.check(
+            (text) => splitTarget(text) !== undefined || typeof parseCidr(text) !== "string",
+            "Expected a CIDR such as 10.0.0.0/8 or a host:port such as 10.0.0.5:8080",
+          ),
+        ),
+        "Expected a list of CIDRs and host:port targets",
+      ),
+      [],
+    ),
     connect_timeout_ms: v.optional(wholeNumber(1, 600_000), 10_000),
     body_idle_ms: v.optional(wholeNumber(1, 3_600_000), 60_000),
     idle_socket_ms: v.optional(wholeNumber(1, 3_600_000), 30_000),

@@ -123,6 +123,8 @@ export interface EdgeConfig {
   };
   /** CIDRs whose X-Forwarded-For is believed. */
   readonly trustedProxies: readonly string[];
+  /** The admin credential for `local_health`'s acting endpoints. */
+  readonly admin: { readonly tokenFile?: string };
   /** Tenant-label salt, access log and diagnostics. */
   readonly observe: {
     readonly saltFile?: string;
@@ -233,6 +235,9 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
       helloTimeoutMs: passthrough.hello_timeout_ms,
     },
     trustedProxies: raw.trusted_proxies,
+    admin: {
+      tokenFile: raw.admin.token_file === undefined ? undefined : resolve(raw.admin.token_file),
+    },
     observe: {
       saltFile: raw.observe.salt_file === undefined ? undefined : resolve(raw.observe.salt_file),
       accessLog: raw.observe.access_log,

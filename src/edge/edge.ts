@@ -44,6 +44,7 @@ import {
   rearm,
 } from "./listeners.ts";
 import { DescriptorWatch } from "../server/descriptors.ts";
+import { AdminCredential } from "../server/admin.ts";
 import { C } from "../ledger/memory.ts";
 import { checkReach, type EdgePlan, firstGenerationNumber } from "./plan.ts";
 import type { WorkerRole } from "./worker_role.ts";
@@ -186,6 +187,15 @@ export async function startEdge(
     lines?.close();
   };
 
+  let admin: AdminCredential;
+  try {
+    const tokenFile = plan.config.admin.tokenFile;
+    admin = tokenFile ? await AdminCredential.load(tokenFile) : AdminCredential.none();
+  } catch (error) {
+    stopRuntime();
+    throw new BootError([(error as Error).message]);
+  }
+
   const tlsConfig = plan.config.tls;
   const certs = tlsConfig &&
     new CertStore({
@@ -262,6 +272,7 @@ export async function startEdge(
         worker.owner.drain();
         return stopped;
       }
+      if (worker?.drainAll) return worker.drainAll();
       return drain();
     },
     egress,
@@ -274,6 +285,7 @@ export async function startEdge(
     clock,
     log,
     tls: certs,
+    admin,
     files: plan.descriptors,
     acme: plan.config.acme && {
       challengeDir: plan.config.acme.challengeDir,
@@ -405,6 +417,12 @@ export async function startEdge(
       }
       const left = inFlight();
       log(`portcullis: drained${left > 0 ? ` with ${left} public requests cut at the cap` : ""}`);
+      // The drain request's own answer (and any health probe's) is delivered before the close.
+      const protectedUntil = Date.now() + 2000;
+      const answering = () => ledger.inUse("local_health") + ledger.inUse("provider_health");
+      while (answering() > 0 && Date.now() < protectedUntil) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
       await shutdown();
     })();
     return stopping;

@@ -177,8 +177,10 @@ export async function bindServer(
       reject(new Error(`${what}: ${reason}`));
     };
     server.once("error", fail);
-    const ready = () => {
+    const ready = async () => {
       server.off("error", fail);
+      // Only the gateway's own user may connect: the socket's file mode is its peer check.
+      if (address.kind === "unix") await Deno.chmod(address.path, 0o600).catch(() => {});
       resolve();
     };
     try {

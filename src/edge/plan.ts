@@ -17,6 +17,13 @@ import { type GenerationSource, hashTexts } from "../config/generations.ts";
 import { readRuntimeTexts } from "../config/tenant_files.ts";
 import { buildRegistry, TenantRegistry } from "../proxy/tenants.ts";
 import {
+  type OwnListener,
+  ownListener,
+  PrivateAllowance,
+  refuseInternal,
+  splitTarget,
+} from "../egress/destinations.ts";
+import {
   type DescriptorLimit,
   probeCeiling,
   probeDescriptorLimit,
@@ -140,6 +147,18 @@ export async function planEdge<S>(
     )!;
     problem(listenerPath(listener), formatAddress(listener.address), p.message);
   }
+  // The operator's own allowances may not open a way into this process either.
+  const own = ownListeners(config);
+  config.egress.direct.forEach((entry, index) => {
+    const target = splitTarget(entry);
+    const inward = target && ownListener(target.host, target.port, own);
+    if (inward) problem(["egress", "direct", index], entry, inwardMessage(entry, inward));
+  });
+  config.egress.allow_private.forEach((entry, index) => {
+    const target = splitTarget(entry);
+    const inward = target && ownListener(target.host, target.port, own);
+    if (inward) problem(["egress", "allow_private", index], entry, inwardMessage(entry, inward));
+  });
 
   const lanes: PlannedLane<S>[] = [];
   for (const name of enabled) {
@@ -298,31 +317,23 @@ async function firstGeneration(config: EdgeConfig): Promise<{
 export function checkReach(config: EdgeConfig, tenants: TenantRegistry): ConfigProblem[] {
   const direct = new Set(config.egress.direct.map((target) => target.toLowerCase()));
   const socks = config.egress.socks.length > 0;
+  const own = ownListeners(config);
+  const allowance = new PrivateAllowance(config.egress.allow_private);
   const problems: ConfigProblem[] = [];
+  for (const { file, path, value, host, port, target } of tenantTargets(tenants)) {
+    const inward = ownListener(host, port, own);
+    const internal = inward ? undefined : refuseInternal(host, port, allowance);
+    const message = inward
+      ? inwardMessage(target, inward)
+      : internal
+      ? `${internal} of ${config.file}`
+      : socks || direct.has(target)
+      ? undefined
+      : `No way out to ${target}: list it in egress.direct of ${config.file}, ` +
+        "or configure egress.socks";
+    if (message !== undefined) problems.push({ file, path, value, message });
+  }
   for (const tenant of tenants.tenants) {
-    for (const route of tenant.routeList) {
-      if (route.action.kind !== "proxy") continue;
-      route.action.backends.forEach((backend, b) => {
-        if (socks || direct.has(backend.target)) return;
-        problems.push({
-          file: tenant.file,
-          path: ["routes", route.index, "proxy", "backends", b, "url"],
-          value: `http://${backend.authority}`,
-          message: `No way out to ${backend.target}: list it in egress.direct of ${config.file}, ` +
-            "or configure egress.socks",
-        });
-      });
-    }
-    tenant.passthrough?.backends.forEach((backend, b) => {
-      if (socks || direct.has(backend.target)) return;
-      problems.push({
-        file: tenant.file,
-        path: ["passthrough", "backends", b],
-        value: backend.target,
-        message: `No way out to ${backend.target}: list it in egress.direct of ${config.file}, ` +
-          "or configure egress.socks",
-      });
-    });
     if (tenant.passthrough && !config.passthrough) {
       problems.push({
         file: tenant.file,
@@ -332,6 +343,73 @@ export function checkReach(config: EdgeConfig, tenants: TenantRegistry): ConfigP
     }
   }
   return problems;
+}
+
+/** Every TCP listener of an edge, named by where its config declares it. */
+export function ownListeners(config: EdgeConfig): OwnListener[] {
+  const out: OwnListener[] = [];
+  const add = (address: ListenerAddress, name: string) => {
+    if (address.kind === "tcp") out.push({ hostname: address.hostname, port: address.port, name });
+  };
+  for (const lane of LANE_NAMES) {
+    config.lanes[lane]?.listen.forEach((address, i) => add(address, `lanes.${lane}.listen[${i}]`));
+  }
+  if (config.acme) add(config.acme.listen, "lanes.public.acme_http");
+  config.passthrough?.listen.forEach((address, i) =>
+    add(address, `lanes.public.passthrough.listen[${i}]`)
+  );
+  return out;
+}
+
+/** Every place a tenant set names a destination: proxy backends and passthrough targets. */
+function* tenantTargets(tenants: TenantRegistry) {
+  for (const tenant of tenants.tenants) {
+    for (const route of tenant.routeList) {
+      if (route.action.kind !== "proxy") continue;
+      for (const [b, backend] of route.action.backends.entries()) {
+        yield {
+          file: tenant.file,
+          path: ["routes", route.index, "proxy", "backends", b, "url"],
+          value: `http://${backend.authority}`,
+          host: backend.hostname,
+          port: backend.port,
+          target: backend.target,
+        };
+      }
+    }
+    for (const [b, backend] of (tenant.passthrough?.backends ?? []).entries()) {
+      yield {
+        file: tenant.file,
+        path: ["passthrough", "backends", b],
+        value: backend.target,
+        host: backend.host,
+        port: backend.port,
+        target: backend.target,
+      };
+    }
+  }
+}
+
+/**
+ * The destinations of a tenant set that reach one of `own` listeners (a hub checks its own
+ * listeners this way; an edge, in {@link checkReach}).
+ */
+export function inwardProblems(
+  tenants: TenantRegistry,
+  own: readonly OwnListener[],
+): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  for (const { file, path, value, host, port, target } of tenantTargets(tenants)) {
+    const inward = ownListener(host, port, own);
+    if (inward) problems.push({ file, path, value, message: inwardMessage(target, inward) });
+  }
+  return problems;
+}
+
+/** The refusal of a target that reaches one of this process's listeners. */
+function inwardMessage(target: string, listener: OwnListener): string {
+  return `${target} reaches this gateway's own listener ${listener.name} ` +
+    `(${listener.hostname}:${listener.port}): nothing may be sent back into the gateway`;
 }
 
 /** The public lane's companion listeners (ACME http-01, passthrough), for the distinct check. */

@@ -16,6 +16,7 @@ import type { PathRules } from "../request/canonical_path.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { TenantRegistry } from "../proxy/tenants.ts";
 import type { DescriptorPlan } from "./plan.ts";
+import type { AdminCredential } from "../server/admin.ts";
 
 /** Lifecycle flags of a running edge. */
 export interface EdgeState {
@@ -64,6 +65,8 @@ export interface EdgeServices {
   readonly log: (line: string) => void;
   /** The public lane's certificates, when it has TLS. */
   readonly tls?: CertStore;
+  /** Who may act through `local_health` (drain, reloads). */
+  readonly admin: AdminCredential;
   /** The open-file limit measured at boot and the public lane's share; absent when unknown. */
   readonly files?: DescriptorPlan;
   /** The ACME http-01 companion: challenge folder, and what everything else gets. */

@@ -42,4 +42,6 @@ export interface WorkerRole {
   armGate(listeners: readonly LaneListener[]): Promise<void>;
   /** Mirrors: the owner's calls. */
   readonly owner?: OwnerCalls;
+  /** The owner: drains every worker (a drain asked of this isolate alone would leave them up). */
+  readonly drainAll?: () => Promise<void>;
 }

@@ -112,7 +112,7 @@ export async function startWorkers(
       } else if (message.type === "finished") {
         resolveDone();
       } else if (message.type === "drain") {
-        edge?.drain();
+        void drainAll();
       } else if (message.type === "call") {
         worker.postMessage(await ownerCall(edge, message.id, message.method));
       }
@@ -134,6 +134,20 @@ export async function startWorkers(
     );
   }
 
+  let stopping: Promise<void> | undefined;
+  const all = (stop: () => Promise<void>, message: ToWorker) => {
+    stopping ??= (async () => {
+      post(message);
+      await Promise.all([stop(), ...finished]);
+      for (const worker of workers) worker.terminate();
+    })();
+    return stopping;
+  };
+  // Every drain — SIGTERM, POST /v1/drain, a worker's request — drains every isolate.
+  const drainAll = () => {
+    const running = edge;
+    return running ? all(() => running.drain(), { type: "drain" }) : Promise.resolve();
+  };
   const terminate = async () => {
     post({ type: "close" });
     await within(Promise.all(finished), 2000);
@@ -151,6 +165,7 @@ export async function startWorkers(
         egressChannel,
         generation,
         armGate: (listeners) => gate.report(0, listeners),
+        drainAll: () => drainAll(),
         async prepareElsewhere(g) {
           const problems: ConfigProblem[] = [];
           const left = new Set(live);
@@ -199,19 +214,10 @@ export async function startWorkers(
   );
 
   const own = edge;
-  let stopping: Promise<void> | undefined;
-  const all = (stop: () => Promise<void>, message: ToWorker) => {
-    stopping ??= (async () => {
-      post(message);
-      await Promise.all([stop(), ...finished]);
-      for (const worker of workers) worker.terminate();
-    })();
-    return stopping;
-  };
   return {
     services: own.services,
     listeners: own.listeners,
-    drain: () => all(() => own.drain(), { type: "drain" }),
+    drain: drainAll,
     close: () => all(() => own.close(), { type: "close" }),
     finished: own.finished.then(() => Promise.all(finished)).then(() => {}),
   };

@@ -16,6 +16,25 @@ export interface AgentSettings {
   readonly connectTimeoutMs: number;
   /** Idle keep-alive upstream connections are closed after this long (by the idle watch). */
   readonly idleSocketMs: number;
+  /**
+   * Why a destination must not be dialled (an internal address the operator did not allow, see
+   * destinations.ts), checked before any SOCKS CONNECT or direct dial; undefined when it may be.
+   */
+  readonly refuse?: (host: string, port: number) => string | undefined;
+  /**
+   * Why a tunnel a SOCKS instance made to `host:port` must not be used, given the address the
+   * instance connected from (`bound`); undefined when it may.
+   */
+  readonly refuseBound?: (host: string, port: number, bound: string) => string | undefined;
+}
+
+/** A destination the egress refused before dialling (not a failure of any instance or backend). */
+export class EgressRefusal extends Error {
+  /** @param reason the sentence from the destination check */
+  constructor(reason: string) {
+    super(reason);
+    this.name = "EgressRefusal";
+  }
 }
 
 type Callback = (error: Error | null, stream: Duplex) => void;
@@ -72,6 +91,8 @@ export class SocksAgent extends http.Agent {
   /** Handshakes in flight. */
   readonly connecting = new Connecting();
   readonly #timeoutMs: number;
+  readonly #refuse?: AgentSettings["refuse"];
+  readonly #refuseBound?: AgentSettings["refuseBound"];
 
   /**
    * @param instance the SOCKS instance
@@ -81,15 +102,28 @@ export class SocksAgent extends http.Agent {
     super(AGENT_OPTIONS);
     this.instance = instance;
     this.#timeoutMs = settings.connectTimeoutMs;
+    this.#refuse = settings.refuse;
+    this.#refuseBound = settings.refuseBound;
   }
 
   /** Called by node for each new upstream connection. */
   override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
     const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
+    const refusal = this.#refuse?.(target.host, target.port);
+    if (refusal !== undefined) {
+      callback?.(new EgressRefusal(refusal), LATER);
+      return LATER;
+    }
     const signal = handshakeSignal(options);
-    this.connecting.track(
-      socksConnect(this.instance, target, { timeoutMs: this.#timeoutMs, signal }),
-    )
+    const refuseBound = this.#refuseBound;
+    const onBound = refuseBound &&
+      ((bound: string) => refuseBound(target.host, target.port, bound));
+    const pending = socksConnect(this.instance, target, {
+      timeoutMs: this.#timeoutMs,
+      signal,
+      onBound,
+    });
+    this.connecting.track(pending)
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;
   }
@@ -119,16 +153,23 @@ export class DirectAgent extends http.Agent {
   /** Connects in flight. */
   readonly connecting = new Connecting();
   readonly #timeoutMs: number;
+  readonly #refuse?: AgentSettings["refuse"];
 
   /** @param settings connect timeout and idle keep-alive time */
   constructor(settings: AgentSettings) {
     super(AGENT_OPTIONS);
     this.#timeoutMs = settings.connectTimeoutMs;
+    this.#refuse = settings.refuse;
   }
 
   /** Called by node for each new upstream connection. */
   override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
     const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
+    const refusal = this.#refuse?.(target.host, target.port);
+    if (refusal !== undefined) {
+      callback?.(new EgressRefusal(refusal), LATER);
+      return LATER;
+    }
     const pending = connectDirect(
       target,
       { connectTimeoutMs: this.#timeoutMs },

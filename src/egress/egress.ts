@@ -14,8 +14,10 @@ import {
   connectDirect,
   DirectAgent,
   DirectConnectError,
+  EgressRefusal,
   SocksAgent,
 } from "./agents.ts";
+import { PrivateAllowance, refuseInternal, refuseLoopbackTunnel } from "./destinations.ts";
 import { socksConnect, SocksError, socksProbe } from "./socks5.ts";
 import type { BreakerOptions } from "./breaker.ts";
 import { IdleWatch } from "./idle_watch.ts";
@@ -28,6 +30,8 @@ export interface EgressSettings extends AgentSettings {
   readonly socks: readonly { hostname: string; port: number }[];
   /** `host:port` targets reached without SOCKS. */
   readonly direct: readonly string[];
+  /** Internal destinations tenants may reach (`egress.allow_private`): CIDRs, host:port. */
+  readonly allowPrivate?: readonly string[];
   readonly bodyIdleMs: number;
   readonly breaker: BreakerOptions;
   readonly negativeCache: { readonly failures: number; readonly ttlMs: number };
@@ -59,6 +63,8 @@ export class Egress {
   readonly #labels: readonly string[];
   readonly #random: () => number;
   readonly #clock: () => number;
+  readonly #refuse: (host: string, port: number) => string | undefined;
+  readonly #refuseBound: (host: string, port: number, bound: string) => string | undefined;
   #retries = 0;
   #budgetRefusals = 0;
   #probes = 0;
@@ -82,8 +88,12 @@ export class Egress {
     this.budget = new RetryBudget(settings.retryBudget, clock);
 
     this.#direct = new Set(settings.direct.map((target) => target.toLowerCase()));
-    this.#directAgent = new DirectAgent(settings);
-    this.#socksAgents = settings.socks.map((instance) => new SocksAgent(instance, settings));
+    const allowance = new PrivateAllowance(settings.allowPrivate ?? []);
+    this.#refuse = (host, port) => refuseInternal(host, port, allowance);
+    this.#refuseBound = (host, port, bound) => refuseLoopbackTunnel(host, port, bound, allowance);
+    const guarded = { ...settings, refuse: this.#refuse, refuseBound: this.#refuseBound };
+    this.#directAgent = new DirectAgent(guarded);
+    this.#socksAgents = settings.socks.map((instance) => new SocksAgent(instance, guarded));
     this.idle = new IdleWatch(
       [this.#directAgent, ...this.#socksAgents],
       { bodyIdleMs: settings.bodyIdleMs, socketIdleMs: settings.idleSocketMs },
@@ -225,9 +235,11 @@ export class Egress {
    * otherwise by SOCKS5 CONNECT through the best instance. The instance's outcome is recorded: a
    * failure at once, a success when the stream closes.
    *
-   * @throws {SocksError | DirectConnectError} when no connection could be made
+   * @throws {SocksError | DirectConnectError | EgressRefusal} when no connection could be made
    */
   async connectRaw(target: { host: string; port: number; target: string }): Promise<Duplex> {
+    const refusal = this.#refuse(target.host, target.port);
+    if (refusal !== undefined) throw new EgressRefusal(refusal);
     if (this.#direct.has(target.target)) {
       const socket = await connectDirect(target, this.settings);
       this.holdTunnel(socket);
@@ -238,8 +250,10 @@ export class Egress {
     if (!pick) throw new DirectConnectError("unreachable");
     const started = this.#clock();
     try {
+      const refuseBound = this.#refuseBound;
       const socket = await socksConnect(this.settings.socks[pick.index], target, {
         timeoutMs: this.settings.connectTimeoutMs,
+        onBound: (bound) => refuseBound(target.host, target.port, bound),
       });
       const latencyMs = this.#clock() - started;
       socket.once("close", () => this.pool.finish(pick, true, latencyMs));

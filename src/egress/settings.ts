@@ -11,6 +11,7 @@ export function egressSettings(config: EgressConfig): EgressSettings {
   return {
     socks: config.socks,
     direct: config.direct,
+    allowPrivate: config.allow_private,
     connectTimeoutMs: config.connect_timeout_ms,
     idleSocketMs: config.idle_socket_ms,
     bodyIdleMs: config.body_idle_ms,

@@ -25,6 +25,8 @@ export type SocksFailureKind =
   | "timeout"
   /** The caller's AbortSignal fired. */
   | "aborted"
+  /** The gateway refused the tunnel the instance made (`onBound`: it reached this machine). */
+  | "refused"
   /** Reply 0x03, 0x04, 0x06, or Tor's onion codes 0xF0–0xF7. */
   | "destination_unreachable"
   /** Reply 0x05 connection refused. */
@@ -74,6 +76,12 @@ export interface SocksConnectOptions {
   /** Bound on TCP connect + greeting + CONNECT reply, in milliseconds. */
   readonly timeoutMs: number;
   readonly signal?: AbortSignal;
+  /**
+   * Judges the address the instance says it connected from (the reply's BND.ADDR): a reason
+   * refuses the tunnel before a byte is sent through it. A SOCKS server that reached a destination
+   * on this machine reports a loopback address; Tor reports none.
+   */
+  readonly onBound?: (address: string) => string | undefined;
 }
 
 const encoder = new TextEncoder();
@@ -172,6 +180,18 @@ function encodeAuth(username: string, password: string): Uint8Array {
     throw new RangeError("SOCKS username and password are at most 255 bytes each");
   }
   return Uint8Array.of(0x01, user.length, ...user, pass.length, ...pass);
+}
+
+/** The BND.ADDR of a complete CONNECT reply, as text (a name as sent). */
+function boundAddress(reply: Uint8Array): string {
+  const atyp = reply[3];
+  if (atyp === 0x01) return Array.from(reply.subarray(4, 8)).join(".");
+  if (atyp === 0x04) {
+    const words: string[] = [];
+    for (let i = 4; i < 20; i += 2) words.push(((reply[i] << 8) | reply[i + 1]).toString(16));
+    return words.join(":");
+  }
+  return new TextDecoder().decode(reply.subarray(5, 5 + reply[4]));
 }
 
 /** Bytes the CONNECT reply needs before its address ends, or `undefined` for an unknown ATYP. */
@@ -348,6 +368,8 @@ function handshake(
       const length = replyLength(buffer[3], buffer);
       if (length === undefined) return broken(`sent a reply with address type ${hex(buffer[3])}`);
       if (buffer.length < length) return;
+      const refusal = options.onBound?.(boundAddress(buffer));
+      if (refusal !== undefined) return fail("refused", refusal);
       detach();
       if (buffer.length > length) socket.unshift(buffer.subarray(length));
       resolve(socket);

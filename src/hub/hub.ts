@@ -18,6 +18,9 @@ import { type FileSet, hashFileSet, readFileSet, runtimeTextsOf } from "../confi
 import { configStatus, ConfigStore, type OfferOutcome } from "../config/generations.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import { ConfigError, formatPath } from "../config/problems.ts";
+import { inwardProblems } from "../edge/plan.ts";
+import type { OwnListener } from "../egress/destinations.ts";
+import { readNamedFile } from "../config/rooted_read.ts";
 import { type FolderRead, readStableFolder, runtimeReloader } from "../config/runtime_watch.ts";
 import { describeIoError } from "../config/yaml_file.ts";
 import { BootError } from "../edge/edge.ts";
@@ -80,6 +83,15 @@ export async function startHub(
   const texts = first.texts;
   const built = await buildRegistry(config.runtimeDir, texts);
   if (!built.registry) throw new ConfigError(built.problems);
+  // No tenant set the hub serves may aim at the hub itself (edges check their own listeners).
+  const own: OwnListener[] = [
+    ...config.api.listen.map((address, i) => ({ address, name: `api.listen[${i}]` })),
+    ...config.health.map((address, i) => ({ address, name: `health.listen[${i}]` })),
+  ].flatMap(({ address, name }) =>
+    address.kind === "tcp" ? [{ hostname: address.hostname, port: address.port, name }] : []
+  );
+  const inward = inwardProblems(built.registry, own);
+  if (inward.length > 0) throw new ConfigError(inward);
   const store = new ConfigStore({
     number: 1,
     hash: first.hash,
@@ -89,7 +101,7 @@ export async function startHub(
     registry: built.registry,
     texts,
     files: first.files,
-  });
+  }, (registry) => inwardProblems(registry, own));
   const feed = new ConfigFeed(store, {
     nodeId: config.nodeId,
     history: config.history,
@@ -107,16 +119,16 @@ export async function startHub(
     if (config.api.tls) {
       const { certFile, keyFile, clientCaFile } = config.api.tls;
       tlsOptions = {
-        cert: await Deno.readTextFile(certFile),
-        key: await Deno.readTextFile(keyFile),
-        ca: await Deno.readTextFile(clientCaFile),
+        cert: await readNamedFile(certFile, "api.tls.cert_file", { maxBytes: 1 << 20 }),
+        key: await readNamedFile(keyFile, "api.tls.key_file", { maxBytes: 1 << 20, secret: true }),
+        ca: await readNamedFile(clientCaFile, "api.tls.client_ca_file", { maxBytes: 1 << 20 }),
         requestCert: true,
         rejectUnauthorized: true,
         minVersion: "TLSv1.2",
       };
       authenticate = certificateAuth();
     } else {
-      authenticate = tokenAuth(config.api.tokensDir!);
+      authenticate = tokenAuth(config.api.tokensDir!, { log });
     }
   } catch (error) {
     reloader.stop();

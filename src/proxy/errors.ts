@@ -16,6 +16,7 @@ export type FailureSource = "client" | "upstream" | "internal";
 export type FailureKind =
   | OverloadKind
   | "route_not_allowed"
+  | "admin_credential_required"
   | "no_route"
   | "misdirected_request"
   | "bad_request"
@@ -68,6 +69,11 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "The gateway is saturated; only high-priority routes are served",
   },
   route_not_allowed: { status: 404, source: "client", message: "No such route on this listener" },
+  admin_credential_required: {
+    status: 401,
+    source: "client",
+    message: "Acting on the gateway needs the admin token or its Unix socket",
+  },
   no_route: { status: 404, source: "client", message: "No route matches this request" },
   misdirected_request: {
     status: 421,

@@ -22,7 +22,7 @@
 import http from "node:http";
 import type { Duplex } from "node:stream";
 import { backoffMs, retryEligible } from "../egress/retry.ts";
-import { DirectConnectError, HANDSHAKE_SIGNAL } from "../egress/agents.ts";
+import { DirectConnectError, EgressRefusal, HANDSHAKE_SIGNAL } from "../egress/agents.ts";
 import { type Egress, instanceDown, type Way } from "../egress/egress.ts";
 import { SocksError } from "../egress/socks5.ts";
 import type { RequestContext } from "../server/lane.ts";
@@ -412,6 +412,14 @@ function classify(
   bodyTaken: boolean,
   sentBytes: number,
 ): AttemptFailure {
+  if (error instanceof SocksError && error.kind === "refused") {
+    // The instance did its job; the gateway's own rule refused where it led.
+    return new AttemptFailure("upstream_unreachable", error, {
+      instanceOk: true,
+      sentBytes,
+      bodyTaken,
+    });
+  }
   if (error instanceof SocksError) {
     const kind: FailureKind = error.kind === "timeout"
       ? "upstream_timeout"
@@ -423,6 +431,14 @@ function classify(
       sentBytes,
       bodyTaken,
       instanceDown: instanceDown(error),
+    });
+  }
+  if (error instanceof EgressRefusal) {
+    // Refused before any dial: neither the instance nor the backend is to blame.
+    return new AttemptFailure("upstream_unreachable", error, {
+      instanceOk: true,
+      sentBytes,
+      bodyTaken,
     });
   }
   if (error instanceof DirectConnectError) {
@@ -444,10 +460,14 @@ function classify(
   });
 }
 
-/** A missing `--allow-net` grant: retrying on another instance cannot help. */
+/**
+ * A missing `--allow-net` grant, or a destination the egress refuses: retrying on another
+ * instance cannot help.
+ */
 function deniedByDeno(error: unknown): boolean {
   for (let e = error; e instanceof Error; e = e.cause) {
-    if (e instanceof Deno.errors.NotCapable) return true;
+    if (e instanceof Deno.errors.NotCapable || e instanceof EgressRefusal) return true;
+    if (e instanceof SocksError && e.kind === "refused") return true;
   }
   return false;
 }
