@@ -412,8 +412,9 @@ function classify(
   bodyTaken: boolean,
   sentBytes: number,
 ): AttemptFailure {
-  if (error instanceof SocksError && error.kind === "refused") {
-    // The instance did its job; the gateway's own rule refused where it led.
+  if (error instanceof EgressRefusal || (error instanceof SocksError && error.kind === "refused")) {
+    // The gateway's own rule refused the destination, before any dial or where the instance's
+    // tunnel led: neither the instance nor the backend is to blame.
     return new AttemptFailure("upstream_unreachable", error, {
       instanceOk: true,
       sentBytes,
@@ -431,14 +432,6 @@ function classify(
       sentBytes,
       bodyTaken,
       instanceDown: instanceDown(error),
-    });
-  }
-  if (error instanceof EgressRefusal) {
-    // Refused before any dial: neither the instance nor the backend is to blame.
-    return new AttemptFailure("upstream_unreachable", error, {
-      instanceOk: true,
-      sentBytes,
-      bodyTaken,
     });
   }
   if (error instanceof DirectConnectError) {
