@@ -162,6 +162,7 @@ export function spawnGateway(
 
 /**
  * Writes a gateway config and tenants into `dir`, and returns the flags `main.ts flags` derives.
+ * An `egress` without `allow_private` gets loopback allowed (the benchmarks' upstreams).
  */
 export async function writeGateway(
   dir: string,
@@ -169,6 +170,11 @@ export async function writeGateway(
   tenants: Record<string, unknown>[],
 ): Promise<string[]> {
   await Deno.mkdir(`${dir}/tenants`, { recursive: true });
+  const egress = config.egress as Record<string, unknown> | undefined;
+  if (egress && !("allow_private" in egress)) {
+    // Benchmark upstreams live on loopback, which the egress refuses unless it is allowed.
+    config = { ...config, egress: { ...egress, allow_private: ["127.0.0.0/8", "::1"] } };
+  }
   await Deno.writeTextFile(`${dir}/config.yaml`, stringify(config));
   for (const tenant of tenants) {
     await Deno.writeTextFile(`${dir}/tenants/${tenant.host}.yaml`, stringify(tenant));

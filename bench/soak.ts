@@ -136,7 +136,10 @@ async function spawnQuiet(dir: string, flags: readonly string[]): Promise<Deno.C
     timer = setTimeout(() => reject(new Error(`The gateway was not ready: ${seen}`)), 20_000)
   );
   try {
-    await Promise.race([signalled, late, child.status.then(() => late)]);
+    const exited = child.status.then(({ code }) => {
+      throw new Error(`The gateway exited (code ${code}) before it was ready: ${seen}`);
+    });
+    await Promise.race([signalled, late, exited]);
   } finally {
     clearTimeout(timer);
   }
