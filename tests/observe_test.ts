@@ -7,7 +7,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { trace } from "@opentelemetry/api";
+import { SpanKind, trace } from "@opentelemetry/api";
 import {
   BasicTracerProvider,
   InMemorySpanExporter,
@@ -73,23 +73,23 @@ Deno.test("a request's trace, metrics and access-log line agree, and none names 
 
       // The trace: one root with the phases under it.
       const spans = exporter.getFinishedSpans();
-      const root = spans.find((s) => s.name === "portcullis.request")!;
+      const root = spans.find((s) => s.name === "GET api")!;
       assert.ok(root, spans.map((s) => s.name).join(", "));
       const rootAttributes = attributesOf(root);
       assert.equal(rootAttributes["portcullis.request_id"], requestId);
       assert.equal(rootAttributes["portcullis.lane"], "public");
       assert.equal(rootAttributes["http.response.status_code"], 200);
-      assert.equal(rootAttributes["portcullis.tenant"], label);
-      assert.equal(rootAttributes["portcullis.route"], "api");
+      assert.equal(rootAttributes["server.address"], label);
+      assert.equal(rootAttributes["http.route"], "api");
       assert.equal(rootAttributes["url.path"], "/api/items", "the path, without its query");
       const children = spans.filter((s) =>
         s.parentSpanContext?.spanId === root.spanContext().spanId
       );
       assert.deepEqual(
         children.map((s) => s.name).sort(),
-        ["portcullis.admission", "portcullis.response", "portcullis.route", "portcullis.upstream"],
+        ["GET", "portcullis.admission", "portcullis.response", "portcullis.route"],
       );
-      const upstream = children.find((s) => s.name === "portcullis.upstream")!;
+      const upstream = children.find((s) => s.name === "GET")!;
       assert.equal(attributesOf(upstream)["portcullis.egress"], "direct");
 
       // The metrics.
@@ -243,8 +243,11 @@ Deno.test("a retried request shows each attempt: two upstream spans, attempts 2 
       const line = JSON.parse(p.t.accessLines[0]);
       assert.deepEqual([line.attempts, line.retries, line.status], [2, 1, 200]);
       const spans = exporter.getFinishedSpans();
-      const attempts = spans.filter((s) => s.name === "portcullis.upstream");
-      assert.deepEqual(attempts.map((s) => s.attributes["portcullis.attempt"]), [1, 2]);
+      const attempts = spans.filter((s) => s.kind === SpanKind.CLIENT);
+      assert.deepEqual(attempts.map((s) => s.attributes["http.request.resend_count"]), [
+        undefined,
+        1,
+      ]);
       assert.deepEqual(
         attempts.map((s) => s.attributes["portcullis.egress"]),
         p.socks.map((s) => `127.0.0.1:${s.port}`),

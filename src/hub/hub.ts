@@ -21,6 +21,7 @@ import { ConfigError, formatPath } from "../config/problems.ts";
 import { inwardProblems } from "../edge/plan.ts";
 import type { OwnListener } from "../egress/destinations.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
+import { Tracing } from "../observe/tracing.ts";
 import { type FolderRead, readStableFolder, runtimeReloader } from "../config/runtime_watch.ts";
 import { describeIoError } from "../config/yaml_file.ts";
 import { BootError } from "../edge/edge.ts";
@@ -78,6 +79,9 @@ export async function startHub(
   options: { readonly log?: (line: string) => void } = {},
 ): Promise<Hub> {
   const log = options.log ?? ((line: string) => console.error(line));
+  // The hub makes no spans of its own, but Deno's would carry node ids and hashes in URLs.
+  const tracing = Tracing.detect("hub");
+  if (tracing.refusal) throw new BootError([tracing.refusal]);
   const first = await readStableFolder(config.runtimeDir, readHubFolder, config.debounceMs);
   if (first.problems.length > 0) throw new ConfigError(first.problems);
   const texts = first.texts;

@@ -7,13 +7,20 @@
  *
  * @module
  */
-import type { Span } from "@opentelemetry/api";
+import { type Span, SpanKind } from "@opentelemetry/api";
 import type { LaneName } from "../ledger/lane.ts";
 import { type AccessLog, shouldLog } from "./access_log.ts";
 import { anonymizeIp } from "./anonymize.ts";
 import type { RequestMetrics } from "./request_metrics.ts";
 import type { TenantLabels } from "./tenant_label.ts";
-import { endWithStatus, type SpanAttributes, type Tracing } from "./tracing.ts";
+import {
+  AttemptTrace,
+  endServerSpan,
+  type SpanAttributes,
+  spanMethod,
+  spanVerb,
+  type Tracing,
+} from "./tracing.ts";
 
 /** One request as observed. */
 export class RequestRecord {
@@ -39,8 +46,14 @@ export class RequestRecord {
   /** The response phase, from the reply's first byte to the end. */
   responding?: Span;
   readonly #tracing: Tracing;
+  readonly #labels?: TenantLabels;
   #finished = false;
 
+  /**
+   * @param tracing the edge's tracing
+   * @param fields the request as it arrived; `traceparent` only from a trusted proxy
+   * @param labels the salted labels that name hosts on spans (without them, no host is named)
+   */
   constructor(
     tracing: Tracing,
     fields: {
@@ -50,9 +63,13 @@ export class RequestRecord {
       target: string;
       peer: string;
       bytesIn: number;
+      scheme?: "http" | "https";
+      traceparent?: string;
     },
+    labels?: TenantLabels,
   ) {
     this.#tracing = tracing;
+    this.#labels = labels;
     this.lane = fields.lane;
     this.requestId = fields.requestId;
     this.method = fields.method;
@@ -60,12 +77,13 @@ export class RequestRecord {
     this.path = query < 0 ? fields.target : fields.target.slice(0, query);
     this.peer = fields.peer;
     this.bytesIn = fields.bytesIn;
-    this.span = tracing.root("portcullis.request", {
+    this.span = tracing.root(this.method, {
       "portcullis.request_id": this.requestId,
       "portcullis.lane": this.lane,
-      "http.request.method": this.method,
+      "http.request.method": spanMethod(this.method),
+      "url.scheme": fields.scheme ?? "http",
       "url.path": this.path,
-    });
+    }, fields.traceparent);
   }
 
   /** Records the canonical path: the one every phase, the upstream and the log see. */
@@ -77,6 +95,25 @@ export class RequestRecord {
   /** Starts a phase span under the request's root; undefined when tracing is off. */
   phase(name: string, attributes?: SpanAttributes): Span | undefined {
     return this.#tracing.child(this.span, name, attributes);
+  }
+
+  /**
+   * Starts the CLIENT span of one upstream attempt; undefined when tracing is off.
+   *
+   * @param attempt the attempt's number (1 is the first)
+   * @param egress the way out (`direct` or the SOCKS instance)
+   * @param backend the backend authority (named only by its salted label)
+   */
+  attempt(attempt: number, egress: string, backend: string): AttemptTrace | undefined {
+    if (!this.span) return undefined;
+    const attributes: SpanAttributes = {
+      "http.request.method": spanMethod(this.method),
+      "portcullis.egress": egress,
+    };
+    if (attempt > 1) attributes["http.request.resend_count"] = attempt - 1;
+    if (this.#labels) attributes["server.address"] = this.#labels.label(backend);
+    const span = this.#tracing.child(this.span, spanVerb(this.method), attributes, SpanKind.CLIENT);
+    return span && new AttemptTrace(span);
   }
 
   /** Marks the record finished; false when it already was. */
@@ -121,7 +158,7 @@ export class Observer {
 
   /** Starts observing a request. */
   begin(fields: ConstructorParameters<typeof RequestRecord>[1]): RequestRecord {
-    return new RequestRecord(this.tracing, fields);
+    return new RequestRecord(this.tracing, fields, this.#labels);
   }
 
   /**
@@ -178,9 +215,13 @@ export class Observer {
     }
     record.responding?.end();
     if (record.span) {
-      if (tenant) record.span.setAttribute("portcullis.tenant", tenant);
-      record.span.setAttribute("portcullis.route", record.route);
-      endWithStatus(record.span, record.status, record.outcome);
+      if (tenant) record.span.setAttribute("server.address", tenant);
+      endServerSpan(record.span, {
+        method: record.method,
+        route: record.route === "-" ? undefined : record.route,
+        status: record.status,
+        outcome: record.outcome,
+      });
     }
   }
 }

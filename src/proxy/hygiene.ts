@@ -38,6 +38,9 @@
  * - Client-address claims (`True-Client-IP`, `X-Client-IP`, `CF-Connecting-IP`, … — a configured
  *   list, `DEFAULT_CLIENT_IP_HEADERS` by default): upstream frameworks read them as the
  *   client's address, so they pass only from a trusted proxy.
+ * - Trace context (W3C Trace Context §3.2, §3.3): a client's `traceparent` and `tracestate` pass
+ *   only from a trusted proxy. With tracing on, the gateway writes `traceparent` itself — its
+ *   upstream attempt's span, in the trusted proxy's trace or a new one — and the inbound one goes.
  * - Via (RFC 9110 §7.6.3): with a pseudonym configured, the gateway appends `1.1 <pseudonym>` to
  *   the Via list of every message it forwards, both ways. The pseudonym is the operator's choice,
  *   never the node id (which would name the machine to every upstream and client).
@@ -77,6 +80,8 @@ export interface ForwardContext {
   readonly via?: string;
   /** Lower-case client-address header names kept only from a trusted peer. */
   readonly clientIpHeaders?: ReadonlySet<string>;
+  /** The gateway's own `traceparent` for this attempt (tracing on); it replaces any inbound one. */
+  readonly traceparent?: string;
 }
 
 const IDENTITY_PREFIX = "x-portcullis-";
@@ -97,10 +102,17 @@ const LENGTH = 5;
 const CLIENT_IP = 6;
 /** Via: re-emitted as one list with the gateway's entry appended (when a pseudonym is set). */
 const VIA = 7;
+/** `traceparent`: kept upstream only from a trusted peer, and only when the gateway writes none. */
+const TRACEPARENT = 8;
+/** `tracestate`: kept upstream only from a trusted peer. */
+const TRACESTATE = 9;
 
-const KEEP_UPSTREAM = [true, false, false, false, false, false, false, true];
-const KEEP_UPSTREAM_TRUSTED = [true, false, false, false, false, false, true, true];
-const KEEP_DOWNSTREAM = [true, false, false, true, false, true, true, true];
+const KEEP_UPSTREAM = [true, false, false, false, false, false, false, true, false, false];
+const KEEP_UPSTREAM_TRUSTED = [true, false, false, false, false, false, true, true, true, true];
+const KEEP_UPSTREAM_TRUSTED_TRACED = KEEP_UPSTREAM_TRUSTED.map((kept, kind) =>
+  kept && kind !== TRACEPARENT
+);
+const KEEP_DOWNSTREAM = [true, false, false, true, false, true, true, true, true, true];
 
 const KINDS: ReadonlyMap<string, number> = new Map<string, number>([
   ...["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding"]
@@ -115,6 +127,8 @@ const KINDS: ReadonlyMap<string, number> = new Map<string, number>([
   ["x-request-id", OURS],
   ["content-length", LENGTH],
   ["via", VIA],
+  ["traceparent", TRACEPARENT],
+  ["tracestate", TRACESTATE],
 ]);
 
 /** One pass over a raw list: normalised names, kinds, Connection tokens, forwarding values. */
@@ -136,8 +150,8 @@ interface Scan {
  * Builds the header list to send upstream: hop-by-hop, framing and client identity/forwarding
  * claims removed, `Host: <authority>` first, then the gateway's own framing of the body, then the
  * surviving fields in order, then (for a tunnelled upgrade) `Connection: upgrade`, Via, the
- * X-Portcullis-Tenant/-Route/-Request-Id headers, and X-Forwarded-For, X-Real-IP,
- * X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id.
+ * X-Portcullis-Tenant/-Route/-Request-Id headers, X-Forwarded-For, X-Real-IP,
+ * X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id, and the gateway's `traceparent`.
  *
  * @param raw the inbound `rawHeaders`
  * @param context the resolved request facts
@@ -163,12 +177,17 @@ export function upstreamHeaders(raw: readonly string[], context: ForwardContext)
   const body = context.body ?? "none";
   if (body === "chunked") out.push("Transfer-Encoding", "chunked");
   else if (body !== "none") out.push("Content-Length", String(body));
-  const keeps = trusted ? KEEP_UPSTREAM_TRUSTED : KEEP_UPSTREAM;
+  const keeps = !trusted
+    ? KEEP_UPSTREAM
+    : context.traceparent
+    ? KEEP_UPSTREAM_TRUSTED_TRACED
+    : KEEP_UPSTREAM_TRUSTED;
   if (keep(raw, scanned, keeps, context.upgrade, out)) out.push("Connection", "upgrade");
   appendVia(out, scanned.via, context.via);
   out.push("X-Portcullis-Tenant", context.tenant, "X-Portcullis-Route", context.route);
   out.push("X-Portcullis-Request-Id", context.requestId);
   appendForwarded(out, scanned, context, peer, trusted);
+  if (context.traceparent) out.push("traceparent", context.traceparent);
   return out;
 }
 

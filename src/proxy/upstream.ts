@@ -146,6 +146,9 @@ export async function proxyRequest(
     }
     if (way.kind === "socks") (tried ??= new Set()).add(way.pick.index);
     const started = services.clock();
+    const record = context.record;
+    if (record) record.attempts = attempt;
+    const attemptSpan = record?.attempt(attempt, way.label, backend.authority);
     const headers = upstreamHeaders(h2 ? withoutPseudo(request.rawHeaders) : request.rawHeaders, {
       peer: context.peer,
       trusted: services.trusted,
@@ -159,12 +162,7 @@ export async function proxyRequest(
       body: context.head.body,
       via: services.forwarding.via,
       clientIpHeaders: services.forwarding.clientIpHeaders,
-    });
-    const record = context.record;
-    if (record) record.attempts = attempt;
-    const attemptSpan = record?.phase("portcullis.upstream", {
-      "portcullis.attempt": attempt,
-      "portcullis.egress": way.label,
+      traceparent: attemptSpan?.traceparent,
     });
     try {
       const answer = await sendAttempt(context, backend, way, path, headers, hasBody, bodyLimit);
@@ -172,8 +170,7 @@ export async function proxyRequest(
       if (record) record.upstreamMs += latencyMs;
       const keepAlive = answer.response.headers["keep-alive"];
       if (typeof keepAlive === "string") egress.idle.honour(answer.response.socket, keepAlive);
-      attemptSpan?.setAttribute("http.response.status_code", answer.response.statusCode ?? 0);
-      attemptSpan?.end();
+      attemptSpan?.answered(answer.response.statusCode ?? 0);
       const finish = (ok: boolean) => {
         egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
         if (!ok) services.log(`portcullis: request ${context.requestId}: upstream body aborted`);
@@ -201,8 +198,7 @@ export async function proxyRequest(
       };
     } catch (error) {
       if (record) record.upstreamMs += services.clock() - started;
-      attemptSpan?.setAttribute("portcullis.outcome", (error as AttemptFailure).kind ?? "error");
-      attemptSpan?.end();
+      attemptSpan?.failed((error as AttemptFailure).kind ?? "error");
       if (!(error instanceof AttemptFailure)) throw error;
       egress.finish(way, backend, {
         instanceOk: error.instanceOk,

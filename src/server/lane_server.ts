@@ -176,15 +176,24 @@ export function createLaneServer<S extends LaneServices>(
     serveAdmitted(request, outlet, { ticket: admission, requestId, record });
   }
 
-  /** Starts the request's record, when the edge observes requests. */
+  /**
+   * Starts the request's record, when the edge observes requests. Only a trusted proxy's
+   * `traceparent` is continued; anyone else's request starts a trace of its own.
+   */
   function observe(request: http.IncomingMessage, requestId: string): RequestRecord | undefined {
-    return services.observer?.begin({
+    if (!services.observer) return undefined;
+    const traceparent = request.headers.traceparent;
+    return services.observer.begin({
       lane: name,
       requestId,
       method: request.method ?? "GET",
       target: request.url ?? "/",
       peer: request.socket?.remoteAddress ?? "",
       bytesIn: Number(request.headers["content-length"]) || 0,
+      scheme: tls ? "https" : "http",
+      traceparent: typeof traceparent === "string" && fromTrustedPeer(request)
+        ? traceparent
+        : undefined,
     });
   }
 
@@ -315,9 +324,14 @@ export function createLaneServer<S extends LaneServices>(
   /** True when a trusted proxy in front says its client came over https. */
   function trustedHttps(request: http.IncomingMessage): boolean {
     const claim = request.headers["x-forwarded-proto"];
-    if (typeof claim !== "string" || services.trusted === undefined) return false;
-    if (claim.trim().toLowerCase() !== "https") return false;
-    const peer = canonicalAddress(request.socket.remoteAddress ?? "");
+    if (typeof claim !== "string") return false;
+    return claim.trim().toLowerCase() === "https" && fromTrustedPeer(request);
+  }
+
+  /** True when the request's direct peer is in `trusted_proxies`. */
+  function fromTrustedPeer(request: http.IncomingMessage): boolean {
+    if (services.trusted === undefined) return false;
+    const peer = canonicalAddress(request.socket?.remoteAddress ?? "");
     return peer !== undefined && peer !== "" && services.trusted.has(peer);
   }
 
