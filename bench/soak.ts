@@ -18,6 +18,7 @@
  * @module
  */
 import http from "node:http";
+import { V8_FLAGS } from "../scripts/compile.ts";
 import {
   freePort,
   has,
@@ -80,6 +81,8 @@ interface Sample {
   readonly rss: number;
   readonly fds: number;
   readonly requests: number;
+  /** V8 heap in use per isolate, bytes. */
+  readonly heaps: readonly number[];
 }
 
 /** Open descriptors of `pid`, counted from a listing of /proc/<pid>/fd. */
@@ -104,13 +107,32 @@ export function slope(points: readonly (readonly [x: number, y: number])[]): num
   return den === 0 ? NaN : num / den;
 }
 
+/** Output lines worth showing after a soak: none of the mix should give a 421 or a 500. */
+const NOTABLE = /"status":(421|500)\b|portcullis: (error|warning)/;
+/** At most this many notable lines are kept. */
+const NOTABLE_CAP = 20;
+
 /**
  * Starts the gateway and waits for "ready"; afterwards its output is read and dropped (the access
- * log runs to megabytes in a soak, which `spawnReady` would keep).
+ * log runs to megabytes in a soak, which `spawnReady` would keep) — except lines matching
+ * {@link NOTABLE}, which are kept in `notable`.
  */
-async function spawnQuiet(dir: string, flags: readonly string[]): Promise<Deno.ChildProcess> {
+async function spawnQuiet(
+  dir: string,
+  flags: readonly string[],
+  notable: string[],
+): Promise<Deno.ChildProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "--no-prompt", ...flags, `${ROOT}main.ts`, "serve", `${dir}/config.yaml`],
+    // The compiled binary's V8 flags (scripts/compile.ts): what a deployed edge runs with.
+    args: [
+      "run",
+      "--no-prompt",
+      V8_FLAGS,
+      ...flags,
+      `${ROOT}main.ts`,
+      "serve",
+      `${dir}/config.yaml`,
+    ],
     stdout: "piped",
     stderr: "piped",
   }).spawn();
@@ -120,8 +142,16 @@ async function spawnQuiet(dir: string, flags: readonly string[]): Promise<Deno.C
   const signalled = new Promise<void>((resolve) => ready = resolve);
   const drain = async (stream: ReadableStream<Uint8Array>) => {
     const decoder = new TextDecoder();
+    let rest = "";
     for await (const chunk of stream) {
-      if (isReady) continue;
+      if (isReady) {
+        const lines = (rest + decoder.decode(chunk, { stream: true })).split("\n");
+        rest = lines.pop()!;
+        for (const line of lines) {
+          if (notable.length < NOTABLE_CAP && NOTABLE.test(line)) notable.push(line);
+        }
+        continue;
+      }
       seen += decoder.decode(chunk, { stream: true });
       if (/\bready\b/.test(seen)) {
         isReady = true;
@@ -247,10 +277,20 @@ async function drive(port: number, until: number, statuses: Map<string, number>)
   return { sent, skipped };
 }
 
-/** Scrapes `/metrics` on the local_health lane (as Prometheus would). */
-async function scrape(port: number): Promise<void> {
+/**
+ * Scrapes `/metrics` on the local_health lane (as Prometheus would); returns each isolate's V8 heap
+ * in use (bytes, isolate 0 first), so growth can be told apart: JS objects kept, or native memory.
+ */
+async function scrape(port: number): Promise<number[]> {
   const response = await fetch(`http://127.0.0.1:${port}/metrics`).catch(() => undefined);
-  await response?.body?.cancel();
+  const text = await response?.text().catch(() => "") ?? "";
+  const heaps: number[] = [];
+  for (
+    const match of text.matchAll(/^portcullis_isolate_heap_used_bytes\{isolate="(\d+)"\} (\S+)$/gm)
+  ) {
+    heaps[Number(match[1])] = Number(match[2]);
+  }
+  return heaps;
 }
 
 const mb = (bytes: number) => (bytes / MB).toFixed(1);
@@ -258,7 +298,8 @@ const mb = (bytes: number) => (bytes / MB).toFixed(1);
 /** Soaks one configuration; prints its samples and returns its summary row. */
 async function soak(dir: string, upstream: string, setup: typeof CONFIGURATIONS[number]) {
   const { flags, ports } = await writeSoakGateway(`${dir}/${setup.name}`, upstream, setup);
-  const child = await spawnQuiet(`${dir}/${setup.name}`, flags);
+  const notable: string[] = [];
+  const child = await spawnQuiet(`${dir}/${setup.name}`, flags, notable);
   try {
     await new Promise((resolve) => setTimeout(resolve, 2000));
     const idle = { rss: await rssOf(child.pid), fds: await fdsOf(child.pid) };
@@ -269,13 +310,14 @@ async function soak(dir: string, upstream: string, setup: typeof CONFIGURATIONS[
     const samples: Sample[] = [];
     for (let at = SAMPLE_MS; at <= SECONDS * 1000; at += SAMPLE_MS) {
       await new Promise((resolve) => setTimeout(resolve, started + at - performance.now()));
-      await scrape(ports.local);
+      const heaps = await scrape(ports.local);
       const requests = [...statuses.values()].reduce((s, n) => s + n, 0);
       samples.push({
         seconds: at / 1000,
         rss: await rssOf(child.pid),
         fds: await fdsOf(child.pid),
         requests,
+        heaps,
       });
     }
     const { sent, skipped } = await driving;
@@ -283,14 +325,20 @@ async function soak(dir: string, upstream: string, setup: typeof CONFIGURATIONS[
       `\n### ${setup.name}: ${RATE} req/s for ${SECONDS} s, ${CONNECTIONS} connections\n`,
     );
     console.log(`idle before load: RSS ${mb(idle.rss)} MB, ${idle.fds} descriptors\n`);
-    console.log("| t (s) | RSS (MB) | descriptors | req/s in the interval |");
-    console.log("|---|---|---|---|");
+    console.log(
+      "| t (s) | RSS (MB) | descriptors | req/s in the interval | V8 heap in use per isolate (MB) |",
+    );
+    console.log("|---|---|---|---|---|");
     samples.forEach((s, i) => {
       const rate = (s.requests - (samples[i - 1]?.requests ?? 0)) / (SAMPLE_MS / 1000);
-      console.log(`| ${s.seconds} | ${mb(s.rss)} | ${s.fds} | ${rate.toFixed(0)} |`);
+      const heaps = s.heaps.map(mb).join(" / ");
+      console.log(`| ${s.seconds} | ${mb(s.rss)} | ${s.fds} | ${rate.toFixed(0)} | ${heaps} |`);
     });
     const mix = [...statuses].sort().map(([s, n]) => `${s}: ${n}`).join(", ");
     console.log(`\nsent ${sent} (${skipped} skipped: the driver was saturated); outcomes ${mix}`);
+    if (notable.length > 0) {
+      console.log(`\nnotable gateway lines (first ${NOTABLE_CAP}):\n${notable.join("\n")}`);
+    }
     return summarize(setup.name, idle.rss, samples);
   } finally {
     await stopAll([child]);
@@ -309,13 +357,18 @@ function summarize(name: string, idle: number, samples: readonly Sample[]): stri
     troughs.push(window.reduce((low, s) => s.rss < low.rss ? s : low));
   }
   const fds = slope(samples.map((s) => [minutes(s), s.fds]));
+  // The heaps' second half: a V8 heap still sizing itself grows early, a leak grows throughout.
+  const heap = slope(late.map((s) => [minutes(s), s.heaps.reduce((a, b) => a + b, 0) / MB]));
   const fixed = (n: number) => Number.isNaN(n) ? "–" : n.toFixed(2);
   const first = samples[0];
   const last = samples.at(-1)!;
   return `| ${name} | ${mb(idle)} | ${mb(first.rss)} | ${mb(last.rss)} | ${
     fixed(rss(samples))
   } | ` +
-    `${fixed(rss(late))} | ${fixed(rss(troughs))} | ${first.fds} → ${last.fds} | ${fixed(fds)} |`;
+    `${fixed(rss(late))} | ${fixed(rss(troughs))} | ${
+      fixed(heap)
+    } | ${first.fds} → ${last.fds} | ` +
+    `${fixed(fds)} |`;
 }
 
 async function main() {
@@ -346,9 +399,10 @@ async function main() {
     console.log(`\n### Soak summary: ${RATE} req/s, ${SECONDS} s, samples every 10 s\n`);
     console.log(
       "| configuration | idle RSS (MB) | first sample (MB) | last sample (MB) | RSS slope (MB/min) " +
-        "| second half (MB/min) | troughs (MB/min) | descriptors | descriptor slope (/min) |",
+        "| second half (MB/min) | troughs (MB/min) | V8 heaps, second half (MB/min) | descriptors " +
+        "| descriptor slope (/min) |",
     );
-    console.log("|---|---|---|---|---|---|---|---|---|");
+    console.log("|---|---|---|---|---|---|---|---|---|---|");
     for (const row of rows) console.log(row);
   } finally {
     await stopAll(children);

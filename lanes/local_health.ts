@@ -235,6 +235,11 @@ export function socketsView(services: EdgeServices) {
       exhaustions: memory.total(C.descriptorExhaustions),
       listener_rearms: memory.total(C.listenerRearms),
     },
+    // Per isolate (0 serves the protected lanes): what each V8 heap holds, for finding growth.
+    heap: {
+      used: memory.perStripe(C.heapUsed).slice(0, services.worker.count),
+      total: memory.perStripe(C.heapTotal).slice(0, services.worker.count),
+    },
   };
 }
 

@@ -126,7 +126,8 @@ export interface Edge {
  *
  * @param plan a checked plan (from `planEdge`)
  * @param options version, clock, log
- * @throws {BootError} when a listener cannot bind or the bound set is not distinct
+ * @throws {BootError} when a listener cannot bind or the bound set is not distinct, or when Deno's
+ *   tracing would export its own spans of requests (observe/tracing.ts)
  */
 export async function startEdge(
   plan: EdgePlan<EdgeServices>,
@@ -136,6 +137,8 @@ export async function startEdge(
   const clock = options.clock ?? (() => performance.timeOrigin + performance.now());
   const worker = options.worker;
   const owns = !worker || worker.index === 0;
+  const tracing = Tracing.detect(options.version);
+  if (tracing.refusal) throw new BootError([tracing.refusal]);
   const memory = worker && LedgerMemory.attach(worker.ledger, worker.index);
   const ledger = new Ledger(plan.profile, { clock, memory });
   const egress = new Egress(egressSettings(plan.config.egress), clock, options.random);
@@ -232,7 +235,6 @@ export async function startEdge(
         "tenant (tenant labels are salted hashes, never plain hosts)",
     );
   }
-  const tracing = Tracing.detect(options.version);
   if (tracing.enabled && owns) {
     log(
       "portcullis: warning: tracing is on; Deno's OpenTelemetry exporter sends spans to " +
@@ -389,6 +391,9 @@ export async function startEdge(
       memory.set(C.descriptorsExhausted, fds.exhausted ? 1 : 0);
       memory.set(C.descriptorExhaustions, fds.exhaustions);
       memory.set(C.listenerRearms, fds.rearms);
+      const heap = Deno.memoryUsage();
+      memory.set(C.heapUsed, heap.heapUsed);
+      memory.set(C.heapTotal, heap.heapTotal);
     },
   });
   descriptors.start();

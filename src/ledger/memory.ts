@@ -61,7 +61,10 @@ export const C = {
   descriptorsExhausted: C_GLOBAL + 7,
   descriptorExhaustions: C_GLOBAL + 8,
   listenerRearms: C_GLOBAL + 9,
-  size: C_GLOBAL + 10,
+  /** This isolate's V8 heap in use and allocated, in bytes (reported with the sockets). */
+  heapUsed: C_GLOBAL + 10,
+  heapTotal: C_GLOBAL + 11,
+  size: C_GLOBAL + 12,
 } as const;
 
 /** The buffers behind one ledger; hand them to another worker to share the ledger. */

@@ -38,6 +38,8 @@ export interface SocketFacts {
     readonly exhaustions: number;
     readonly listener_rearms: number;
   };
+  /** Per isolate, index = isolate (0 serves the protected lanes): V8 heap bytes. */
+  readonly heap?: { readonly used: readonly number[]; readonly total: readonly number[] };
 }
 
 /** The policy phase's counters, and evictions summed over every tenant's bounded tables. */
@@ -321,6 +323,23 @@ export function renderMetrics(
       "Listeners re-armed after descriptor exhaustion.",
       [["", fds.listener_rearms]],
     );
+    if (sockets.heap) {
+      const { used, total } = sockets.heap;
+      const perIsolate = (values: readonly number[]) =>
+        values.map((bytes, isolate): [string, number] => [`{isolate="${isolate}"}`, bytes]);
+      family(
+        "isolate_heap_used_bytes",
+        "gauge",
+        "V8 heap in use per isolate (0 serves the protected lanes), reported once a second.",
+        perIsolate(used),
+      );
+      family(
+        "isolate_heap_total_bytes",
+        "gauge",
+        "V8 heap allocated per isolate, reported once a second.",
+        perIsolate(total),
+      );
+    }
   }
   family("egress_retry_budget_refusals_total", "counter", "Retries the rolling budget refused.", [[
     "",
