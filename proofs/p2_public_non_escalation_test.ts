@@ -1,8 +1,12 @@
 /**
- * Proof 2 — public non-escalation: a `/healthz` flood plus an asset flood (slow readers holding
- * large responses) saturate the public lane with 429/503, while the protected lanes are never
- * admitted into and still answer. (The proof reads the ledger on `local_health`; each reading
- * leaves itself out, and the proof accounts for its own earlier reads.)
+ * Proof 2 — public non-escalation: a concurrent public flood that tries to take every slot of the
+ * gateway gets exactly the general pool (`application_slots − Σ reserves`), the rest typed 429s,
+ * and a `/healthz` flood on `public` meanwhile is refused too — while both protected lanes, never
+ * charged for public work, still serve from their reserves.
+ *
+ * The flood is held by an upstream that answers only when the proof lets go, so "public holds the
+ * whole general pool" is a state, not a race. Evidence from outside the gateway stands beside the
+ * ledger: what the clients were answered (200 against 429/503) and what the upstream received.
  */
 import assert from "node:assert/strict";
 import {
@@ -12,76 +16,112 @@ import {
   proofConfig,
   writeConfig,
 } from "../tests/fixtures/gateway.ts";
-import { renderRequest, request, writeAll } from "../tests/fixtures/http_client.ts";
+import { type RawResponse, request } from "../tests/fixtures/http_client.ts";
+import { countStatus, explained, pollUntil, tally } from "./fixtures/evidence.ts";
+import { HeldUpstream, proxyTenant } from "./fixtures/held_upstream.ts";
 
-const ASSET_BYTES = 16 * 1024 * 1024; // more than loopback socket buffers absorb
+const SHOP = "shop.test";
 
-Deno.test("proof 2: a public flood saturates public only; protected lanes stay at 0 and answer", async () => {
+Deno.test("proof 2: a public flood gets the general pool only; protected lanes still serve", async () => {
   const [publicPort, localPort, providerPort] = freePorts(3);
   const ports = { public: publicPort, local_health: localPort, provider_health: providerPort };
-  const config = proofConfig(ports); // 16 slots: reserves 4 + 2, general pool 10
-  const dir = await writeConfig(config, [DEMO_TENANT], {
-    "assets/big.bin": new Uint8Array(ASSET_BYTES),
-  });
+  const upstream = await HeldUpstream.start();
+  const config = proofConfig(ports, { egress: { direct: [`127.0.0.1:${upstream.port}`] } });
+  const ledger = config.ledger as {
+    application_slots: number;
+    lanes: Record<string, { reserve?: number }>;
+  };
+  // The expectation comes from the configured numbers, not from the gateway's own reading.
+  const slots = ledger.application_slots;
+  const localReserve = ledger.lanes.local_health.reserve!;
+  const providerReserve = ledger.lanes.provider_health.reserve!;
+  const generalPool = slots - localReserve - providerReserve;
+  assert.equal(generalPool, 10);
+  const dir = await writeConfig(config, [DEMO_TENANT, proxyTenant(SHOP, upstream.port)]);
   const gateway = await Gateway.start(dir, ports);
-  const readers: Deno.Conn[] = [];
-  try {
-    const generalPool = (await gateway.ledger()).general_pool;
-    assert.equal(generalPool, 10);
-
-    // Asset flood: more slow readers than the general pool; none of them reads.
-    for (let i = 0; i < generalPool + 6; i++) {
-      const conn = await Deno.connect({ hostname: "127.0.0.1", port: publicPort });
-      const head = renderRequest({ path: "/asset", headers: [["Host", "demo.test"]] }, true);
-      await writeAll(conn, new TextEncoder().encode(head));
-      readers.push(conn);
-    }
-    const saturated = await gateway.ledgerWhen((r) => r.lanes.public.in_use === generalPool);
-    assert.equal(
-      saturated.lanes.public.in_use,
-      generalPool,
-      "the asset flood holds the whole pool",
+  const flood = slots + 8;
+  const answers: RawResponse[] = [];
+  let pending: Promise<unknown> = Promise.resolve();
+  await explained([gateway], async () => {
+    // Every public request tries for a slot at once; the admitted ones wait at the upstream.
+    pending = Promise.all(
+      Array.from(
+        { length: flood },
+        (_, i) =>
+          request(publicPort, { path: `/flood/${i}`, headers: [["Host", SHOP]] })
+            .then((response) => answers.push(response)),
+      ),
     );
-
-    // /healthz flood on public while the pool is held: every answer is a typed overload.
-    const statuses = await Promise.all(
-      Array.from({ length: 60 }, () => request(publicPort, { path: "/healthz" })),
+    await pollUntil(
+      "every flood request is refused at the client or held at the upstream",
+      () => answers.length + upstream.received.length === flood || undefined,
+      { seen: () => ({ answers: tally(answers), upstream: upstream.received.length }) },
     );
-    for (const response of statuses) {
-      assert.ok(response.status === 429 || response.status === 503, `got ${response.status}`);
-      const code = JSON.parse(response.body).error.code;
-      assert.ok(["lane_pool_full", "aggregate_full", "byte_budget"].includes(code), code);
-    }
+    // Exactly the general pool got through, the (pool + 1)-th and every later one refused.
+    assert.equal(upstream.received.length, generalPool, "the upstream saw the general pool only");
+    assert.deepEqual(tally(answers), { "429 lane_pool_full": flood - generalPool });
 
+    // A /healthz flood on public while the pool is held: every answer is the public lane's own
+    // typed overload, none is served.
+    const health = await Promise.all(
+      Array.from({ length: 20 }, () => request(publicPort, { path: "/healthz" })),
+    );
+    assert.deepEqual(tally(health), { "429 lane_pool_full": 20 });
+
+    // Both protected lanes still serve, from their reserves: as many requests at once as each
+    // reserve holds.
+    const local = await Promise.all(
+      ["/healthz", "/readyz", "/v1/health", "/metrics"].slice(0, localReserve).map((path) =>
+        request(localPort, { path })
+      ),
+    );
+    assert.deepEqual(local.map((r) => r.status), Array(localReserve).fill(200), bodies(local));
+    const provider = await Promise.all(
+      Array.from({ length: providerReserve }, () => request(providerPort, { path: "/healthz" })),
+    );
+    assert.deepEqual(provider.map((r) => r.body), Array(providerReserve).fill("ok\n"));
+
+    // The ledger, beside what the clients and the upstream saw.
     const reading = await gateway.ledger();
-    const overloads = reading.lanes.public.overload;
-    assert.ok(
-      overloads.lane_pool_full + overloads.aggregate_full >= 66,
-      "public refused the flood",
-    );
-    assert.equal(reading.lanes.public.in_use, generalPool, "public never exceeds the general pool");
-    // The only local_health admissions are this proof's own earlier ledger reads.
-    const observerReads = gateway.ledgerReads - 1;
-    assert.equal(
-      reading.lanes.local_health.admitted,
-      observerReads,
-      "no public work on local_health",
-    );
-    assert.equal(reading.lanes.provider_health.admitted, 0, "admitted_provider_health stays 0");
+    const pub = reading.lanes.public;
+    assert.equal(reading.general_pool, generalPool);
+    assert.equal(pub.admitted, upstream.received.length, "admitted = what reached the upstream");
+    assert.equal(pub.in_use, generalPool, "public holds the whole general pool, not more");
+    assert.equal(pub.overload.lane_pool_full, flood - generalPool + health.length);
+    assert.equal(pub.overload.aggregate_full + pub.overload.byte_budget, 0);
+    assert.equal(reading.general_in_use, generalPool);
+    assert.ok(reading.high_water_slots <= slots, `high water ${reading.high_water_slots}`);
+    // Nothing public was charged to a protected lane: their admissions are the protected
+    // requests above (and this proof's earlier ledger reads), their reserves are free again.
+    assert.equal(reading.lanes.provider_health.admitted, providerReserve);
+    assert.equal(reading.lanes.local_health.admitted, localReserve + gateway.ledgerReads - 1);
     assert.equal(reading.lanes.local_health.reserve_in_use, 0);
     assert.equal(reading.lanes.provider_health.reserve_in_use, 0);
+    for (const lane of ["local_health", "provider_health"]) {
+      for (const [kind, count] of Object.entries(reading.lanes[lane].overload)) {
+        assert.equal(count, 0, `${lane} ${kind}`);
+      }
+    }
 
-    // Both protected lanes still answer while the public lane is saturated.
-    const provider = await request(providerPort, { path: "/healthz" });
-    assert.equal(provider.status, 200);
-    assert.equal((await request(localPort, { path: "/healthz" })).status, 200);
-    assert.equal((await request(localPort, { path: "/readyz" })).status, 200);
-    const after = await gateway.ledger();
-    assert.equal(after.lanes.provider_health.admitted, 1);
-    assert.equal(after.lanes.public.in_use, generalPool, "still saturated when the probes ran");
-  } finally {
-    for (const conn of readers) conn.close();
-    await gateway.ledgerWhen((r) => r.outstanding === 0).catch(() => {});
+    // The upstream lets go: every admitted request is answered, and public admits again.
+    upstream.release();
+    await pending;
+    assert.equal(countStatus(answers, 200), generalPool);
+    assert.equal(upstream.answered, generalPool);
+    const after = await request(publicPort, { path: "/after", headers: [["Host", SHOP]] });
+    assert.equal(after.status, 200, after.body);
+    const quiet = await gateway.ledgerWhen((r) => r.outstanding === 0, 30_000);
+    assert.equal(quiet.lanes.public.admitted, generalPool + 1);
+    assert.equal(upstream.received.length, generalPool + 1);
+    assert.equal(quiet.release_balanced, true);
+  }).finally(async () => {
+    upstream.release();
+    await pending.catch(() => {});
+    await upstream.stop();
     await gateway.dispose();
-  }
+  });
 });
+
+function bodies(responses: readonly RawResponse[]): string {
+  return responses.map((r) => `${r.status} ${r.body.slice(0, 200)}`).join("\n");
+}

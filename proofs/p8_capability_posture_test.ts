@@ -1,7 +1,12 @@
 /**
  * Proof 8 — capability posture: started with ambient authority the gateway refuses to boot
- * before binding anything; started with the flags `flags` prints it serves; and that flag set
- * leaves a connection to any host outside the granted set failing with Deno's permission error.
+ * before binding anything; started with the flags `flags` prints it serves, holding exactly its
+ * configured listeners; and that flag set leaves a connection to any host outside the granted set
+ * failing with Deno's permission error.
+ *
+ * "Before binding anything" is shown while the process runs: the proof holds every lane port
+ * itself, so a gateway that tried to bind first would die of "address already in use" instead of
+ * naming the authority it refused — and with the exact flags, it does reach that bind.
  */
 import assert from "node:assert/strict";
 import {
@@ -13,7 +18,10 @@ import {
   writeConfig,
 } from "../tests/fixtures/gateway.ts";
 import { request } from "../tests/fixtures/http_client.ts";
-import { connectionRefused } from "../tests/fixtures/in_process.ts";
+import { explained, pollUntil } from "./fixtures/evidence.ts";
+import { holdPorts, listeningAddresses } from "./fixtures/listening.ts";
+
+const IN_USE = /address already in use|AddrInUse/;
 
 Deno.test("proof 8: ambient or over-broad authority refuses the boot before any bind", async () => {
   const [publicPort, localPort, providerPort] = freePorts(3);
@@ -47,15 +55,37 @@ Deno.test("proof 8: ambient or over-broad authority refuses the boot before any 
         ),
       ],
     ];
-    for (const [name, flags, reason] of cases) {
-      const result = await runCli(flags, ["serve", dir.config]);
-      assert.equal(result.code, 1, `${name}: ${result.stderr}`);
-      assert.match(result.stderr, reason, name);
-      assert.match(result.stderr, /portcullis: boot refused/, name);
-      assert.doesNotMatch(result.stderr, /listening on/, name);
-      for (const port of [publicPort, localPort, providerPort]) {
-        assert.equal(await connectionRefused(port), true, `${name}: port ${port} stayed unbound`);
-      }
+    // Every lane port is taken while the gateway runs: binding any of them fails loudly.
+    const held = holdPorts([publicPort, localPort, providerPort]);
+    try {
+      // The other side: the exact flags pass the audit and reach the bind, which fails on the
+      // ports held here — so a refusal that names no bind came before any bind.
+      const exactRun = await runCli(exact, ["serve", dir.config]);
+      assert.equal(exactRun.code, 1, exactRun.stderr);
+      assert.match(
+        exactRun.stderr,
+        /Cannot bind lane "\w+" on 127\.0\.0\.1:\d+: address already in use/,
+      );
+      // Three at a time: each is a whole Deno start-up.
+      const results = await inBatches(
+        cases,
+        3,
+        ([, flags]) => runCli(flags, ["serve", dir.config]),
+      );
+      cases.forEach(([name, , reason], i) => {
+        const result = results[i];
+        assert.equal(result.code, 1, `${name}: ${result.stderr}`);
+        assert.match(result.stderr, reason, `${name}: ${result.stderr}`);
+        assert.match(result.stderr, /portcullis: boot refused/, `${name}: ${result.stderr}`);
+        assert.doesNotMatch(result.stderr, /listening on/, `${name}: ${result.stderr}`);
+        assert.doesNotMatch(
+          result.stderr,
+          IN_USE,
+          `${name}: it tried to bind before refusing:\n${result.stderr}`,
+        );
+      });
+    } finally {
+      held.close();
     }
   } finally {
     await Deno.remove(dir.dir, { recursive: true });
@@ -70,10 +100,16 @@ Deno.test("proof 8: the derived flags serve, and reach nothing outside the grant
   const accepting = (async () => {
     for await (const conn of outside) conn.close();
   })();
-  try {
+  await explained([gateway], async () => {
     assert.equal((await request(publicPort, { path: "/healthz" })).status, 200);
     assert.equal((await request(providerPort, { path: "/healthz" })).status, 200);
+    assert.equal((await request(localPort, { path: "/healthz" })).status, 200);
     assert.doesNotMatch(gateway.stderr, /warning/);
+    // While it serves, the process holds exactly its three listeners, nothing else.
+    assert.deepEqual(
+      await listeningAddresses(gateway.pid),
+      [publicPort, localPort, providerPort].map((port) => `127.0.0.1:${port}`).sort(),
+    );
 
     const probe = new URL("./fixtures/egress_probe.ts", import.meta.url).pathname;
     const outsidePort = (outside.addr as Deno.NetAddr).port;
@@ -84,11 +120,11 @@ Deno.test("proof 8: the derived flags serve, and reach nothing outside the grant
     }).output();
     const seen = JSON.parse(new TextDecoder().decode(run.stdout));
     assert.deepEqual(seen, { connect: "NotCapable", fetch: "NotCapable" });
-  } finally {
+  }).finally(async () => {
     outside.close();
     await accepting.catch(() => {});
     await gateway.dispose();
-  }
+  });
 });
 
 Deno.test("proof 8: a backend outside the granted set gets a 502 caused by Deno's permission error", async () => {
@@ -144,31 +180,53 @@ Deno.test("proof 8: a backend outside the granted set gets a 502 caused by Deno'
         lines.push(chunk);
       }
     })();
-    try {
-      const until = Date.now() + 20_000;
-      while (!lines.join("").includes("portcullis: ready")) {
-        if (Date.now() > until) throw new Error(`not ready: ${lines.join("")}`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
+    const log = {
+      get stderr() {
+        return lines.join("");
+      },
+    };
+    await explained([log], async () => {
+      await pollUntil(
+        "the unaudited edge is ready",
+        () => log.stderr.includes("portcullis: ready") || undefined,
+      );
+      // No provider_health listener is configured: the edge holds public and local_health only.
+      assert.deepEqual(
+        await listeningAddresses(child.pid),
+        [publicPort, localPort].map((port) => `127.0.0.1:${port}`).sort(),
+      );
       const response = await request(publicPort, { path: "/x", headers: [["Host", "shop.test"]] });
       assert.equal(response.status, 502);
       const envelope = JSON.parse(response.body);
       assert.equal(envelope.error.code, "upstream_unreachable");
       assert.doesNotMatch(response.body, new RegExp(String(upstreamPort)), "no address leaks");
-      const until2 = Date.now() + 5000;
-      while (!lines.join("").includes("NotCapable") && Date.now() < until2) {
-        await new Promise((resolve) => setTimeout(resolve, 25));
-      }
-      assert.match(lines.join(""), /upstream_unreachable after 1 attempt\(s\): .*NotCapable/);
+      await pollUntil(
+        "the gateway logs the refusal",
+        () => log.stderr.includes("NotCapable") || undefined,
+      );
+      assert.match(log.stderr, /upstream_unreachable after 1 attempt\(s\): .*NotCapable/);
       assert.equal(connections, 0, "no connection reached the upstream");
-    } finally {
+    }).finally(async () => {
       child.kill("SIGTERM");
       await child.status;
       await reading;
-    }
+    });
   } finally {
     upstream.close();
     await accepting.catch(() => {});
     await Deno.remove(dir.dir, { recursive: true });
   }
 });
+
+/** Maps `items` through `run`, at most `size` at a time, keeping their order. */
+async function inBatches<T, R>(
+  items: readonly T[],
+  size: number,
+  run: (item: T) => Promise<R>,
+): Promise<R[]> {
+  const out: R[] = [];
+  for (let i = 0; i < items.length; i += size) {
+    out.push(...await Promise.all(items.slice(i, i + size).map(run)));
+  }
+  return out;
+}

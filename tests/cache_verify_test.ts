@@ -64,7 +64,7 @@ async function newPlace(): Promise<Place> {
   const [port] = freePorts(1);
   const dir = await Deno.makeTempDir({ prefix: "portcullis-cache-verify-" });
   const token = crypto.randomUUID();
-  await Deno.writeTextFile(join(dir, "node.token"), `${token}\n`);
+  await Deno.writeTextFile(join(dir, "node.token"), `${token}\n`, { mode: 0o600 });
   return { port, url: `http://127.0.0.1:${port}`, token, dir, cacheDir: join(dir, "cache") };
 }
 

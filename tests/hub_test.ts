@@ -121,21 +121,54 @@ function decode(files: Record<string, string>): Record<string, string> {
   );
 }
 
-Deno.test("hub stream: a wrong token, no token and an unknown node all get the same 401", async () => {
+/** The hub's one answer to a node it cannot authenticate, byte for byte. */
+const UNAUTHENTICATED = JSON.stringify({
+  error: { code: "unauthenticated", message: "The node could not be authenticated" },
+});
+
+Deno.test("hub stream: every node × credential pair that is not the node's own token gets the same 401", async () => {
   const t = await startTestHub();
   try {
-    await t.token("edge-a");
-    const answers = [
-      await poll(t, "node_id=edge-a"),
-      await poll(t, "node_id=edge-a", bearer("not-the-token")),
-      await poll(t, "node_id=edge-zz", bearer("not-the-token")),
-    ];
-    for (const { status, answer } of answers) {
-      assert.equal(status, 401);
-      assert.equal(answer.error?.code, "unauthenticated");
+    const tokens = { "edge-a": await t.token("edge-a"), "edge-b": await t.token("edge-b") };
+    const right = tokens["edge-a"];
+    // Each credential, as an Authorization header (none: no header at all).
+    const credentials: Record<string, [string, string][]> = {
+      "no credential": [],
+      "a wrong token": bearer("not-the-token"),
+      "the right token of edge-a": bearer(right),
+      "the other node's token (edge-b)": bearer(tokens["edge-b"]),
+      "edge-a's token less its last character": bearer(right.slice(0, -1)),
+      "edge-a's token and one character more": bearer(`${right}x`),
+      "edge-a's token without the Bearer scheme": [["Authorization", right]],
+      "an empty bearer": [["Authorization", "Bearer "]],
+    };
+    const nodes = { "known node edge-a": "edge-a", "unknown node edge-zz": "edge-zz" };
+    const seen: string[] = [];
+    for (const [nodeLabel, node] of Object.entries(nodes)) {
+      for (const [credentialLabel, headers] of Object.entries(credentials)) {
+        const pair = `${nodeLabel} × ${credentialLabel}`;
+        const response = await request(t.apiPort, {
+          path: `/v1/config/stream?node_id=${node}&wait=0`,
+          headers,
+        });
+        const accepted = node === "edge-a" && credentialLabel === "the right token of edge-a";
+        if (accepted) {
+          assert.equal(response.status, 200, `${pair}: ${response.body}`);
+          assert.equal(json<StreamAnswer>(response).type, "snapshot", pair);
+        } else {
+          assert.equal(response.status, 401, `${pair}: ${response.body}`);
+          assert.equal(response.body, UNAUTHENTICATED, pair);
+          assert.equal(response.headers["content-type"], "application/json", pair);
+        }
+        seen.push(`${pair}: ${response.status}`);
+      }
     }
-    assert.equal((await poll(t, "node_id=../x", bearer("x"))).status, 400);
-    assert.equal(t.hub.nodes.size, 0, "no refused poll is recorded as a node");
+    assert.equal(seen.filter((line) => line.endsWith(": 200")).length, 1, seen.join("\n"));
+    const invalid = await poll(t, "node_id=../x", bearer(right));
+    assert.equal(invalid.status, 400, "a node id that is no file name is refused before auth");
+    assert.equal(invalid.answer.error?.code, "bad_node_id");
+    assert.deepEqual([...t.hub.nodes.keys()], ["edge-a"], "only the authenticated poll is a node");
+    assert.equal(t.hub.nodes.get("edge-a")!.polls, 1);
   } finally {
     await t.dispose();
   }
@@ -183,13 +216,37 @@ Deno.test("hub stream: a held poll is answered with a delta as soon as the folde
     if (answer.type !== "delta") return;
     assert.equal(answer.from, first.hash);
     assert.notEqual(answer.hash, first.hash);
-    // The watch may publish the write and the removal as one generation or as two.
-    assert.deepEqual(Object.keys(answer.changed), ["new.test.yaml"]);
-    const caught = answer.removed.length === 1
-      ? answer
-      : (await poll(t, `node_id=edge-a&have=${answer.hash}&wait=0`, bearer(token))).answer;
-    if (caught.type === "delta") assert.deepEqual(caught.removed, ["demo.test.yaml"]);
-    assert.equal(caught.hash, t.hub.store.current.hash);
+    // The watch may publish the write and the removal as one generation or as two: when the
+    // first delta does not hold both, the next generation (within 5 s) must bring the rest.
+    const deltas = [answer];
+    const has = (test: (delta: StreamAnswer & { type: "delta" }) => boolean) =>
+      deltas.some((delta) => delta.type === "delta" && test(delta));
+    const both = () =>
+      has((d) => "new.test.yaml" in d.changed) && has((d) => d.removed.includes("demo.test.yaml"));
+    if (!both()) {
+      const last = answer.hash;
+      const next = await waitFor(
+        () => poll(t, `node_id=edge-a&have=${last}&wait=0`, bearer(token)),
+        ({ answer }) => answer.hash !== last,
+        5000,
+      );
+      assert.equal(next.status, 200);
+      assert.equal(next.answer.type, "delta", `a delta from ${last}`);
+      deltas.push(next.answer);
+    }
+    const changed: Record<string, string> = {};
+    const removed: string[] = [];
+    let from = first.hash;
+    for (const delta of deltas) {
+      if (delta.type !== "delta") return assert.fail(`expected a delta, got ${delta.type}`);
+      assert.equal(delta.from, from, "each delta starts where the last one ended");
+      from = delta.hash;
+      Object.assign(changed, decode(delta.changed));
+      removed.push(...delta.removed);
+    }
+    assert.deepEqual(changed, { "new.test.yaml": siteYaml("new.test", "new\n") });
+    assert.deepEqual(removed, ["demo.test.yaml"]);
+    assert.equal(from, t.hub.store.current.hash, "the last delta ends at the hub's current set");
   } finally {
     await t.dispose();
   }

@@ -5,13 +5,12 @@
  * SOCKS instance and its own listeners, never the upstream port), so every byte that arrives proves
  * the SOCKS hop.
  *
- * Without `microsocks` on PATH the test is ignored, unless `PORTCULLIS_REQUIRE_MICROSOCKS=1`, in
- * which case it fails saying so.
+ * Without `microsocks` the test is ignored, unless `PORTCULLIS_REQUIRE_PEERS=1`, in which case it
+ * fails naming the package (tests/fixtures/require.ts).
  *
  * @module
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import {
   freePorts,
   Gateway,
@@ -21,22 +20,9 @@ import {
 } from "./fixtures/gateway.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
+import { peerTest } from "./fixtures/require.ts";
 import { UpstreamFixture } from "./fixtures/upstream.ts";
 
-/** The first executable `name` on PATH, or undefined. */
-function onPath(name: string): string | undefined {
-  for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
-    if (dir === "") continue;
-    try {
-      const info = Deno.statSync(join(dir, name));
-      if (info.isFile && ((info.mode ?? 0o111) & 0o111) !== 0) return join(dir, name);
-    } catch { /* not here */ }
-  }
-  return undefined;
-}
-
-const MICROSOCKS = onPath("microsocks");
-const REQUIRED = Deno.env.get("PORTCULLIS_REQUIRE_MICROSOCKS") === "1";
 const HOST = "proxied.test";
 
 /** A running microsocks, killed by `stop()`. */
@@ -81,16 +67,11 @@ async function startMicrosocks(binary: string): Promise<Socks> {
   return { port, stop };
 }
 
-Deno.test({
-  name: "microsocks e2e: proxied requests reach a named upstream only through the SOCKS instance",
-  ignore: MICROSOCKS === undefined && !REQUIRED,
-  async fn(t) {
-    if (MICROSOCKS === undefined) {
-      assert.fail(
-        "PORTCULLIS_REQUIRE_MICROSOCKS=1 but microsocks is not on PATH (apt-get install microsocks)",
-      );
-    }
-    const socks = await startMicrosocks(MICROSOCKS);
+peerTest(
+  "microsocks e2e: proxied requests reach a named upstream only through the SOCKS instance",
+  ["microsocks"],
+  async ({ microsocks }, t) => {
+    const socks = await startMicrosocks(microsocks);
     const upstream = await UpstreamFixture.start();
     let gateway: Gateway | undefined;
     try {
@@ -204,7 +185,7 @@ Deno.test({
       await socks.stop();
     }
   },
-});
+);
 
 /** The part of `/v1/egress` this test reads. */
 interface EgressReading {

@@ -101,6 +101,12 @@ export function createSubstrate(
   return http2Substrate(limits, secure, onRequest, onSlowHead);
 }
 
+/** Closes a session gracefully unless it is already ending. */
+function closeSession(session: http2.ServerHttp2Session): void {
+  if (session.closed || session.destroyed) return;
+  session.close();
+}
+
 /** HTTP/2 with an HTTP/1.1 fallback whose head and idle limits Portcullis keeps itself. */
 function http2Substrate(
   limits: SubstrateLimits,
@@ -129,7 +135,12 @@ function http2Substrate(
   server.on("session", (session: http2.ServerHttp2Session) => {
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
-    session.setTimeout(limits.idleMs, () => session.close());
+    // A session nghttp2 has ended itself (the GOAWAY after a rapid-reset burst, a protocol
+    // error) is destroyed, never closed again: a second GOAWAY on it tripped an nghttp2 assertion
+    // (`stream->closed_next == NULL`) that killed the process now and then.
+    session.once("error", () => session.destroy());
+    session.once("goaway", () => session.destroy());
+    session.setTimeout(limits.idleMs, () => closeSession(session));
   });
   server.on("secureConnection", (socket: tls.TLSSocket) => {
     if (socket.alpnProtocol === "h2") return;
@@ -140,7 +151,7 @@ function http2Substrate(
   return {
     server,
     closeIdle() {
-      for (const session of sessions) session.close();
+      for (const session of sessions) closeSession(session);
       for (const socket of fallback) if (clocks.get(socket)?.idle) socket.destroy();
     },
     closeAll() {

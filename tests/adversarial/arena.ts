@@ -6,7 +6,15 @@
  * client got and what each upstream saw.
  *
  * Tenant `shop.test` routes `/api/…` to the recording upstream (prefix stripped), `/rogue/…` to the
- * rogue one and `/refused/…` to the dead port.
+ * rogue one and `/refused/…` to the dead port. With `tls`, the public lane terminates TLS for it
+ * (a throwaway CA's certificate; `tls.http2` as the case file asks).
+ *
+ * A case file's cases all run, whatever fails: the test reports every failed case with its cause,
+ * so one failure cannot hide another. The gateway is watched while they run: when it exits (a
+ * crash: an abort, a segmentation fault), the case that was running fails with the exit code and
+ * the gateway's stderr, the cases after it are reported as not run, and the test process — which
+ * only talks to the gateway over sockets — carries on with the next test. On SIGTERM at the end it
+ * must drain and exit 0.
  *
  * @module
  */
@@ -18,6 +26,7 @@ import {
   proofConfig,
   writeConfig,
 } from "../fixtures/gateway.ts";
+import { certEntry, TestPki } from "../fixtures/certs.ts";
 import {
   exchange,
   parseResponses,
@@ -27,6 +36,11 @@ import {
   type RequestSpec,
 } from "../fixtures/http_client.ts";
 import { UpstreamFixture } from "../fixtures/upstream.ts";
+import { pause, RawClient, settledWithin, type Talk, talk } from "./raw_client.ts";
+import { RogueUpstream } from "./rogue_upstream.ts";
+
+export { pause, RawClient, type Talk, talk } from "./raw_client.ts";
+export { RogueUpstream } from "./rogue_upstream.ts";
 
 /** The tenant every case addresses. */
 export const SHOP = "shop.test";
@@ -55,6 +69,20 @@ export interface ArenaOptions {
   readonly routes?: (ports: ArenaPorts) => Record<string, unknown>[];
   /** Further edits of the bootstrap config (after the arena's own). */
   readonly edit?: (config: Record<string, unknown>) => void;
+  /**
+   * The public lane terminates TLS for `shop.test` with a certificate of a throwaway CA;
+   * `http2` is `tls.http2` (left out when undefined: its default).
+   */
+  readonly tls?: { readonly http2?: boolean };
+}
+
+/** How a TLS client reaches an arena's public lane (see {@link ArenaOptions.tls}). */
+export interface ArenaTls {
+  readonly port: number;
+  /** The SNI name the certificate is for: `shop.test`. */
+  readonly servername: string;
+  /** The throwaway CA (PEM) the certificate chains to. */
+  readonly ca: readonly string[];
 }
 
 /** A running arena. */
@@ -65,18 +93,29 @@ export interface Arena {
   readonly upstream: UpstreamFixture;
   /** Answers wrongly on purpose; see {@link RogueUpstream}. */
   readonly rogue: RogueUpstream;
+  /** With {@link ArenaOptions.tls}: how to reach the public lane over TLS. */
+  readonly tls?: ArenaTls;
   /** Sends raw bytes to the public lane and returns everything read until the gateway closed. */
   raw(bytes: string | Uint8Array, timeoutMs?: number): Promise<string>;
   /** Sends one request (Host `shop.test` unless given, `Connection: close`) and parses the reply. */
   send(spec: RequestSpec): Promise<RawResponse>;
   /** The first response in raw bytes sent to the public lane, or undefined when none came. */
   first(bytes: string, method?: string): Promise<RawResponse | undefined>;
+  /**
+   * Sends raw bytes to the public lane and reads until the gateway closes or `timeoutMs` passes,
+   * telling which it was.
+   */
+  talk(bytes: string, timeoutMs?: number): Promise<Talk>;
+  /** Opens a raw connection to the public lane that records everything the gateway sends. */
+  connect(): Promise<RawClient>;
 }
 
 /**
  * Registers one test that boots an arena and runs each case as a step against it. The recorders
- * are cleared before every case; after the last one the ledger must balance (every reservation
- * released, whatever the cases did).
+ * are cleared before every case; every case runs even when an earlier one failed, and the test
+ * fails once at the end, listing each failed case and its cause. After the last case the ledger
+ * must balance (every reservation released, whatever the cases did) and the gateway must exit 0
+ * on SIGTERM.
  *
  * @param name the test's name
  * @param options policies and config edits
@@ -87,43 +126,223 @@ export function arenaTest(
   options: ArenaOptions,
   cases: Record<string, (arena: Arena) => Promise<void>>,
 ): void {
-  Deno.test(name, (t) =>
-    withArena(options, async (arena) => {
+  Deno.test(name, async (t) => {
+    const failures: CaseFailure[] = [];
+    const closing = await runArena(options, async (arena, exit) => {
       for (const [caseName, run] of Object.entries(cases)) {
         arena.upstream.seen.length = 0;
         arena.upstream.heads.length = 0;
         arena.rogue.heads.length = 0;
-        const passed = await t.step(caseName, () => run(arena));
-        if (!passed) break;
+        await t.step(caseName, async () => {
+          const error = await caseError(arena, run, exit);
+          if (error === undefined) return;
+          failures.push({ name: caseName, error });
+          throw error;
+        });
       }
-    }));
+    });
+    failures.push(...closing.map((error) => ({ name: AFTER_CASES, error })));
+    if (failures.length > 0) throw new Error(describeFailures(failures, Object.keys(cases).length));
+  });
+}
+
+/** Runs one case; its error (with the gateway's exit when it died under the case), or undefined. */
+async function caseError(
+  arena: Arena,
+  run: (arena: Arena) => Promise<void>,
+  exit: ExitWatch,
+): Promise<unknown> {
+  if (exit.summary) return new Error(`Not run: the gateway had ${exit.summary}`);
+  try {
+    await run(arena);
+  } catch (error) {
+    // A case that failed because the gateway died: give its exit status time to arrive.
+    await settledWithin(exit.known, 2000);
+    if (!exit.report) return error;
+    const message = error instanceof Error ? error.message : String(error);
+    return new Error(`${message}\n(the gateway died during this case: it ${exit.report})`, {
+      cause: error,
+    });
+  }
+  await settledWithin(exit.known, 0);
+  return exit.report
+    ? new Error(`The gateway died during this case: it ${exit.report}`)
+    : undefined;
 }
 
 /**
- * Boots an arena, runs `body` against it, checks that the ledger balances afterwards, and stops
- * everything it started.
+ * Watches the gateway process: once it has exited, how — code, signal, and the end of its stderr
+ * (read until it stops growing, so an abort's last words are in it).
+ */
+class ExitWatch {
+  /** Resolves with the report once the gateway exited and its stderr was read. */
+  readonly known: Promise<string>;
+  #report: string | undefined;
+  #summary: string | undefined;
+
+  constructor(gateway: Gateway) {
+    this.known = gateway.exited().then(async (status) => {
+      let length = -1;
+      for (let i = 0; i < 20 && gateway.stderr.length !== length; i++) {
+        length = gateway.stderr.length;
+        await pause(50);
+      }
+      this.#summary = describeExit(status);
+      return this.#report = describeExit(status, gateway.stderr);
+    });
+  }
+
+  /** The report, once known; undefined while the gateway runs. */
+  get report(): string | undefined {
+    return this.#report;
+  }
+
+  /** The report without the stderr, once known. */
+  get summary(): string | undefined {
+    return this.#summary;
+  }
+}
+
+/** The name failures of the closing checks are listed under. */
+const AFTER_CASES = "(after the last case)";
+
+/** A case that failed, and why. */
+interface CaseFailure {
+  readonly name: string;
+  readonly error: unknown;
+}
+
+/** One report of every failure, each with its cause. */
+function describeFailures(failures: readonly CaseFailure[], cases: number): string {
+  const lines = failures.map(({ name, error }) => {
+    const cause = error instanceof Error ? error.message : String(error);
+    return `- ${name}: ${cause.split("\n").join("\n    ")}`;
+  });
+  const failed = new Set(failures.map((f) => f.name).filter((n) => n !== AFTER_CASES));
+  return `${failed.size} of ${cases} cases failed` +
+    (failures.length > failed.size ? ", and the arena's closing checks failed" : "") +
+    `:\n${lines.join("\n")}`;
+}
+
+/**
+ * Boots an arena, runs `body` against it, checks that the ledger balances afterwards and that the
+ * gateway exits 0 on SIGTERM, and stops everything it started.
+ *
+ * @throws {Error} what `body` threw, or the first failed closing check
  */
 export async function withArena(
   options: ArenaOptions,
   body: (arena: Arena) => Promise<void>,
 ): Promise<void> {
+  const closing = await runArena(options, body);
+  if (closing.length > 0) throw closing[0];
+}
+
+/**
+ * Boots an arena and runs `body` against it, watching the gateway's process. Afterwards — also
+ * when `body` failed — checks the ledger and the gateway's SIGTERM exit, and stops everything.
+ *
+ * @returns the closing checks that failed
+ * @throws what `body` threw (the closing checks ran, their failures are attached)
+ */
+async function runArena(
+  options: ArenaOptions,
+  body: (arena: Arena, exit: ExitWatch) => Promise<void>,
+): Promise<Error[]> {
   const arena = await startArena(options);
+  const exit = new ExitWatch(arena.gateway);
+  const failures: Error[] = [];
+  let failed: { error: unknown } | undefined;
   try {
-    await body(arena);
-    const ledger = await arena.gateway.ledgerWhen((r) => r.outstanding === 0);
+    await body(arena, exit);
+  } catch (error) {
+    failed = { error };
+  }
+  try {
+    await settledWithin(exit.known, 0);
+    if (!exit.report) failures.push(...await ledgerProblems(arena.gateway));
+    failures.push(...await stopProblems(arena.gateway, exit));
+  } finally {
+    await Deno.remove(arena.gateway.dir.dir, { recursive: true }).catch(() => {});
+    await arena.upstream.stop();
+    await arena.rogue.stop();
+    await arena.pki?.dispose();
+  }
+  if (failed) {
+    if (failed.error instanceof Error && failures.length > 0) {
+      failed.error.message += `\n(closing checks: ${failures.map((f) => f.message).join("; ")})`;
+    }
+    throw failed.error;
+  }
+  return failures;
+}
+
+/** The ledger must balance: every reservation released, none released twice. */
+async function ledgerProblems(gateway: Gateway): Promise<Error[]> {
+  try {
+    const ledger = await gateway.ledgerWhen((r) => r.outstanding === 0);
     assert.equal(ledger.outstanding, 0, "every reservation was released");
     assert.equal(ledger.lanes.public.in_use, 0);
     assert.equal(ledger.double_release, 0);
-  } finally {
-    await arena.gateway.dispose();
-    await arena.upstream.stop();
-    await arena.rogue.stop();
+    return [];
+  } catch (error) {
+    return [error instanceof Error ? error : new Error(String(error))];
   }
+}
+
+/** How long a drain on SIGTERM may take before the gateway is killed and the arena fails. */
+const DRAIN_MS = 10_000;
+
+/** Stops the gateway with SIGTERM; it must drain and exit 0 (SIGKILL after {@link DRAIN_MS}). */
+async function stopProblems(gateway: Gateway, exit: ExitWatch): Promise<Error[]> {
+  if (exit.summary) return [new Error(`The gateway had ${exit.summary} before the end`)];
+  let killed = false;
+  const kill = setTimeout(() => {
+    killed = true;
+    gateway.stop("SIGKILL");
+  }, DRAIN_MS);
+  const status = await gateway.stop("SIGTERM");
+  clearTimeout(kill);
+  const report = await exit.known;
+  if (killed) return [new Error(`The gateway did not exit within ${DRAIN_MS} ms of SIGTERM`)];
+  return status.success ? [] : [new Error(`The gateway did not exit 0 on SIGTERM: it ${report}`)];
+}
+
+/** "exited with code 134 (SIGABRT)", and the last lines of its stderr when given. */
+export function describeExit(status: Deno.CommandStatus, stderr?: string): string {
+  const signal = status.signal ? ` (${status.signal})` : "";
+  const exited = `exited with code ${status.code}${signal}`;
+  if (stderr === undefined) return exited;
+  const tail = stderr.split("\n").filter((line) => line !== "").slice(-12).join("\n  ");
+  return `${exited}; its stderr ends:\n  ${tail}`;
+}
+
+/** A running arena and what stopping it must clean up besides the gateway and the upstreams. */
+interface ArenaHandle extends Arena {
+  readonly pki?: TestPki;
 }
 
 async function startArena(options: ArenaOptions): Promise<ArenaHandle> {
   const upstream = await UpstreamFixture.start();
   const rogue = RogueUpstream.start();
+  let pki: TestPki | undefined;
+  try {
+    pki = options.tls ? await TestPki.create() : undefined;
+    return await bootArena(options, upstream, rogue, pki);
+  } catch (error) {
+    await upstream.stop();
+    await rogue.stop();
+    await pki?.dispose();
+    throw error;
+  }
+}
+
+async function bootArena(
+  options: ArenaOptions,
+  upstream: UpstreamFixture,
+  rogue: RogueUpstream,
+  pki: TestPki | undefined,
+): Promise<ArenaHandle> {
   const [publicPort, localPort, providerPort, deadPort] = freePorts(4);
   const ports: LanePorts = {
     public: publicPort,
@@ -139,6 +358,14 @@ async function startArena(options: ArenaOptions): Promise<ArenaHandle> {
   // deno-lint-ignore no-explicit-any
   const ledger = config.ledger as any;
   ledger.lanes.public.deadline_ms = PUBLIC_DEADLINE_MS;
+  if (pki) {
+    const http2 = options.tls?.http2;
+    // deno-lint-ignore no-explicit-any
+    (config.lanes as any).public.tls = {
+      certificates: [certEntry(await pki.issue(SHOP), true)],
+      ...(http2 === undefined ? {} : { http2 }),
+    };
+  }
   options.edit?.(config);
   const backend = (port: number, prefix: string) => ({
     backends: [{ url: `http://127.0.0.1:${port}` }],
@@ -158,8 +385,7 @@ async function startArena(options: ArenaOptions): Promise<ArenaHandle> {
   try {
     gateway = await Gateway.start(dir, ports);
   } catch (error) {
-    await upstream.stop();
-    await rogue.stop();
+    await Deno.remove(dir.dir, { recursive: true }).catch(() => {});
     throw error;
   }
   return {
@@ -167,6 +393,8 @@ async function startArena(options: ArenaOptions): Promise<ArenaHandle> {
     ports,
     upstream,
     rogue,
+    pki,
+    tls: pki && { port: ports.public, servername: SHOP, ca: [pki.ca.certPem] },
     raw: (bytes, timeoutMs = 5000) => exchange(ports.public, bytes, timeoutMs),
     async send(spec) {
       const headers = [...(spec.headers ?? [])];
@@ -182,114 +410,9 @@ async function startArena(options: ArenaOptions): Promise<ArenaHandle> {
       const text = await exchange(ports.public, bytes, 5000);
       return text === "" ? undefined : parseResponses(text, [method])[0];
     },
+    talk: (bytes, timeoutMs = 5000) => talk(ports.public, bytes, timeoutMs),
+    connect: () => RawClient.open(ports.public),
   };
-}
-
-type ArenaHandle = Arena;
-
-/**
- * An upstream that misbehaves by path, over raw TCP (each connection serves one request):
- *
- * - `/reset`: promises 100,000 bytes, sends 1,000, then closes;
- * - `/hang`: reads the request and never answers;
- * - `/clte`: answers with both `Content-Length` and `Transfer-Encoding: chunked`;
- * - `/badchunk`: a chunked body whose chunk size is not hexadecimal;
- * - `/twolengths`: two different `Content-Length` fields;
- * - anything else: 200 `rogue`.
- */
-export class RogueUpstream {
-  /** Request lines received, in order. */
-  readonly heads: string[] = [];
-  readonly port: number;
-  readonly #listener: Deno.Listener;
-  readonly #conns = new Set<Deno.Conn>();
-  readonly #accepting: Promise<void>;
-
-  private constructor() {
-    this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    this.port = (this.#listener.addr as Deno.NetAddr).port;
-    this.#accepting = this.#accept();
-  }
-
-  /** Starts listening on a free loopback port. */
-  static start(): RogueUpstream {
-    return new RogueUpstream();
-  }
-
-  async #accept(): Promise<void> {
-    for (;;) {
-      let conn: Deno.Conn;
-      try {
-        conn = await this.#listener.accept();
-      } catch {
-        return;
-      }
-      this.#conns.add(conn);
-      this.#serve(conn).catch(() => {}).finally(() => {
-        this.#conns.delete(conn);
-        try {
-          conn.close();
-        } catch { /* closed */ }
-      });
-    }
-  }
-
-  async #serve(conn: Deno.Conn): Promise<void> {
-    const buffer = new Uint8Array(16384);
-    let head = "";
-    while (!head.includes("\r\n\r\n")) {
-      const n = await conn.read(buffer);
-      if (n === null) return;
-      head += new TextDecoder().decode(buffer.subarray(0, n));
-    }
-    const line = head.slice(0, head.indexOf("\r\n"));
-    this.heads.push(line);
-    const path = line.split(" ")[1] ?? "/";
-    const write = (text: string) => writeText(conn, text);
-    if (path === "/hang") {
-      // Never answer; the connection is closed by the gateway or by stop().
-      while (await conn.read(buffer) !== null) { /* discard */ }
-      return;
-    }
-    if (path === "/reset") {
-      await write("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + "r".repeat(1000));
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      return;
-    }
-    if (path === "/clte") {
-      await write(
-        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n" +
-          "5\r\nhello\r\n0\r\n\r\n",
-      );
-      return;
-    }
-    if (path === "/badchunk") {
-      await write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n");
-      return;
-    }
-    if (path === "/twolengths") {
-      await write("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello..");
-      return;
-    }
-    await write("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nrogue");
-  }
-
-  /** Closes the listener and every connection. */
-  async stop(): Promise<void> {
-    this.#listener.close();
-    for (const conn of this.#conns) {
-      try {
-        conn.close();
-      } catch { /* closed */ }
-    }
-    await this.#accepting;
-  }
-}
-
-async function writeText(conn: Deno.Conn, text: string): Promise<void> {
-  const bytes = new TextEncoder().encode(text);
-  let offset = 0;
-  while (offset < bytes.byteLength) offset += await conn.write(bytes.subarray(offset));
 }
 
 /** Every value of header `name` (any case, `-` and `_` alike) in a raw header list. */
@@ -311,9 +434,4 @@ export async function healthOf(port: number): Promise<number> {
   } catch {
     return 0;
   }
-}
-
-/** Waits `ms` milliseconds. */
-export function pause(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -10,8 +10,10 @@
  *
  * A fixed seed runs in `deno task test`. `PORTCULLIS_FUZZ_SECONDS=<n>` keeps drawing rounds with
  * a random seed for about n seconds, `PORTCULLIS_FUZZ_SEED=<s>` fixes the seed and
- * `PORTCULLIS_FUZZ_CASE=<i>[,<j>…]` replays single cases. Without nginx the nginx upstream is
- * skipped (with a message) unless `PORTCULLIS_REQUIRE_NGINX=1`.
+ * `PORTCULLIS_FUZZ_CASE=<i>[,<j>…]` replays single cases. Without h11 (`python3-h11`) the test is
+ * ignored, and without nginx only the h11 upstream runs (with a message) — unless
+ * `PORTCULLIS_REQUIRE_PEERS=1`, which makes either a failure naming the package
+ * (tests/fixtures/require.ts).
  *
  * @module
  */
@@ -34,7 +36,8 @@ import {
   writeConfig,
 } from "../fixtures/gateway.ts";
 import { type H11Event, H11Upstream, judgeStreams } from "../fixtures/h11.ts";
-import { findNginx, type NginxEntry, NginxUpstream } from "../fixtures/nginx.ts";
+import { type NginxEntry, NginxUpstream } from "../fixtures/nginx.ts";
+import { optionalPeer, peerTest, REQUIRE_PEERS_ENV } from "../fixtures/require.ts";
 
 const FIXED_SEED = 0x5eed;
 /**
@@ -207,16 +210,20 @@ async function runRound(cases: readonly Case[], nginxBinary: string | undefined)
   return { records, findings, before: connectionHistory(received), stderr: gateway?.stderr ?? "" };
 }
 
-Deno.test("differential: upstreams receive exactly the requests h11 parses from the client's bytes", async () => {
+peerTest(
+  "differential: upstreams receive exactly the requests h11 parses from the client's bytes",
+  ["python3-h11"],
+  differential,
+);
+
+/** The test: fixed-seed rounds (or fuzzing for `PORTCULLIS_FUZZ_SECONDS`), findings reported. */
+async function differential(): Promise<void> {
   const { seed, seconds, only } = settings();
-  const nginxBinary = findNginx();
+  const nginxBinary = optionalPeer("nginx");
   if (!nginxBinary) {
-    if (Deno.env.get("PORTCULLIS_REQUIRE_NGINX") === "1") {
-      throw new Error("nginx is not installed, and PORTCULLIS_REQUIRE_NGINX=1 requires it");
-    }
     console.log(
       "differential: nginx is not installed; only the h11 upstream runs " +
-        "(PORTCULLIS_REQUIRE_NGINX=1 makes this a failure)",
+        `(${REQUIRE_PEERS_ENV}=1 makes this a failure)`,
     );
   }
   const recorders: Recorder[] = nginxBinary ? ["h11", "nginx"] : ["h11"];
@@ -253,4 +260,4 @@ Deno.test("differential: upstreams receive exactly the requests h11 parses from 
         `gateway stderr (last lines):\n${tail}`,
     );
   }
-});
+}

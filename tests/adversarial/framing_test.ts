@@ -7,19 +7,31 @@
  */
 import assert from "node:assert/strict";
 import { parseResponses } from "../fixtures/http_client.ts";
-import { type Arena, arenaTest, SHOP } from "./arena.ts";
+import { type Arena, arenaTest, pause, SHOP } from "./arena.ts";
 
 /** A smuggled request hidden behind the framing under test. */
 const SMUGGLED = `GET /api/smuggled HTTP/1.1\r\nHost: ${SHOP}\r\n\r\n`;
 
-/** Sends `bytes`; expects a single 400 envelope and that nothing reached the upstream. */
+/**
+ * Sends `bytes`; expects exactly one 400 `bad_request` envelope, the connection closed by the
+ * gateway, and nothing — not even a head — at the upstream.
+ */
 async function refused(arena: Arena, bytes: string): Promise<void> {
-  const text = await arena.raw(bytes);
+  const { text, closed } = await arena.talk(bytes);
+  assert.ok(closed, `the gateway closed the connection: ${JSON.stringify(text)}`);
   const responses = parseResponses(text, ["POST"]);
   assert.equal(responses.length, 1, `one response, then close: ${JSON.stringify(text)}`);
   assert.equal(responses[0].status, 400, text);
   assert.equal(JSON.parse(responses[0].body).error.code, "bad_request");
+  assert.equal(responses[0].headers.connection, "close");
   assert.deepEqual(arena.upstream.heads, [], "nothing reached the upstream");
+}
+
+/** Polls until the upstream has seen `count` request heads (5 s at most). */
+async function headsArrived(arena: Arena, count: number): Promise<void> {
+  const until = Date.now() + 5000;
+  while (arena.upstream.heads.length < count && Date.now() < until) await pause(20);
+  assert.equal(arena.upstream.heads.length, count, `heads ${arena.upstream.heads}`);
 }
 
 arenaTest("adversarial: request framing", {}, {
@@ -71,18 +83,42 @@ arenaTest("adversarial: request framing", {}, {
     }
   },
 
-  "an invalid chunk size never delivers a request upstream": async (arena) => {
+  "an invalid first chunk size (sent with the head) is 400 before anything goes upstream": async (
+    arena,
+  ) => {
     for (const size of ["zz", "fffffffffffffffffff", "-5", "5 ;"]) {
-      const text = await arena.raw(
+      await refused(
+        arena,
         `POST /api/echo HTTP/1.1\r\nHost: ${SHOP}\r\nTransfer-Encoding: chunked\r\n\r\n` +
           `${size}\r\nhello\r\n0\r\n\r\n`,
       );
-      const [response] = parseResponses(text, ["POST"]);
-      // The head may already be on its way upstream: the gateway must cut that exchange off
-      // (a 400, or a close), and the upstream must never receive a complete request.
-      assert.ok(response === undefined || response.status === 400, `${size}: ${text}`);
-      assert.equal(arena.upstream.seen.length, 0, `${size}: the upstream got a whole request`);
     }
+  },
+
+  "an invalid later chunk size is 400; the upstream got the head, never a whole request": async (
+    arena,
+  ) => {
+    const client = await arena.connect();
+    try {
+      await client.write(
+        `POST /api/echo HTTP/1.1\r\nHost: ${SHOP}\r\nTransfer-Encoding: chunked\r\n\r\n` +
+          "5\r\nhello\r\n",
+      );
+      // Admitted and streaming: the head is upstream before the broken chunk size is sent.
+      await headsArrived(arena, 1);
+      await client.write(`zz\r\nworld\r\n0\r\n\r\n${SMUGGLED}`);
+      const { text, closed } = await client.end(5000);
+      assert.ok(closed, `the gateway closed the connection: ${JSON.stringify(text)}`);
+      const responses = parseResponses(text, ["POST"]);
+      assert.deepEqual(responses.map((r) => r.status), [400], text);
+      assert.equal(JSON.parse(responses[0].body).error.code, "bad_request");
+      assert.equal(responses[0].headers.connection, "close");
+    } finally {
+      client.close();
+    }
+    await arena.gateway.ledgerWhen((r) => r.outstanding === 0);
+    assert.deepEqual(arena.upstream.heads, ["POST /echo"], "no smuggled request upstream");
+    assert.deepEqual(arena.upstream.seen, [], "the upstream never got a complete request");
   },
 
   "a Transfer-Encoding other than chunked is 400": async (arena) => {
@@ -109,20 +145,39 @@ arenaTest("adversarial: request framing", {}, {
     );
   },
 
-  "bytes beyond Content-Length are never forwarded as body": async (arena) => {
-    const text = await arena.raw(
+  "bytes beyond Content-Length are never forwarded: the request is served, then a 400": async (
+    arena,
+  ) => {
+    const { text, closed } = await arena.talk(
       `POST /api/echo HTTP/1.1\r\nHost: ${SHOP}\r\nContent-Length: 5\r\n\r\nhelloGARBAGE\r\n\r\n`,
     );
-    // The parser reads the whole buffer at once: the leftover bytes are a malformed second
-    // request, and the connection is refused with a 400 (the first exchange may or may not have
-    // been answered first). Whatever reached the upstream carried exactly the declared body.
+    // The leftover bytes are a malformed second request. The request parsed before them is
+    // answered first, in order; the 400 comes last and closes the connection.
+    assert.ok(closed, "the gateway closed the connection");
     const responses = parseResponses(text, ["POST", "GET"]);
-    assert.equal(responses.at(-1)?.status, 400, text);
-    // A first exchange may still be on its way upstream: let it finish inside this case.
-    await arena.gateway.ledgerWhen((r) => r.outstanding === 0);
-    await new Promise((resolve) => setTimeout(resolve, 50)); // its head reaching the recorder
-    for (const seen of arena.upstream.seen) assert.equal(seen.body, "hello");
-    assert.ok(arena.upstream.heads.length <= 1);
+    assert.deepEqual(responses.map((r) => r.status), [200, 400], text);
+    assert.equal(JSON.parse(responses[0].body).body, "hello", "the upstream echoed 5 bytes");
+    assert.equal(JSON.parse(responses[1].body).error.code, "bad_request");
+    assert.deepEqual(arena.upstream.heads, ["POST /echo"]);
+    assert.deepEqual(arena.upstream.seen.map((seen) => seen.body), ["hello"]);
+  },
+
+  "an honest body — declared or chunked — reaches the upstream exactly": async (arena) => {
+    const declared = await arena.talk(
+      `POST /api/echo HTTP/1.1\r\nHost: ${SHOP}\r\nContent-Length: 5\r\n` +
+        "Connection: close\r\n\r\nhello",
+    );
+    const chunked = await arena.talk(
+      `POST /api/echo HTTP/1.1\r\nHost: ${SHOP}\r\nTransfer-Encoding: chunked\r\n` +
+        "Connection: close\r\n\r\n2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n",
+    );
+    for (const { text, closed } of [declared, chunked]) {
+      assert.ok(closed, "closed as the client asked");
+      const responses = parseResponses(text, ["POST"]);
+      assert.deepEqual(responses.map((r) => r.status), [200], text);
+      assert.equal(JSON.parse(responses[0].body).body, "hello");
+    }
+    assert.deepEqual(arena.upstream.seen.map((seen) => seen.body), ["hello", "hello"]);
   },
 
   "Transfer-Encoding on HTTP/1.0 is 400": async (arena) => {

@@ -32,6 +32,7 @@ export const Flag = { END_STREAM: 0x1, ACK: 0x1, END_HEADERS: 0x4 } as const;
 export const ErrorCode = {
   NO_ERROR: 0x0,
   PROTOCOL_ERROR: 0x1,
+  INTERNAL_ERROR: 0x2,
   FLOW_CONTROL_ERROR: 0x3,
   CANCEL: 0x8,
   ENHANCE_YOUR_CALM: 0xb,

@@ -14,7 +14,8 @@
  */
 import assert from "node:assert/strict";
 import { parseResponses, type RawResponse } from "../fixtures/http_client.ts";
-import { findNginx, NginxUpstream } from "../fixtures/nginx.ts";
+import { NginxUpstream } from "../fixtures/nginx.ts";
+import { peerTest } from "../fixtures/require.ts";
 import { type Arena, arenaTest, SHOP, withArena } from "./arena.ts";
 
 /** A request hidden in a body: a route the tenant would never let through as itself. */
@@ -172,11 +173,11 @@ arenaTest("adversarial: bodies the upstream does not expect", {}, {
   },
 });
 
-Deno.test({
-  name: "adversarial: a chunked OPTIONS body never reaches real nginx as a request of its own",
-  ignore: findNginx() === undefined && Deno.env.get("PORTCULLIS_REQUIRE_NGINX") !== "1",
-  async fn() {
-    const nginx = await NginxUpstream.start(findNginx()!);
+peerTest(
+  "adversarial: a chunked OPTIONS body never reaches real nginx as a request of its own",
+  ["nginx"],
+  async (peers) => {
+    const nginx = await NginxUpstream.start(peers.nginx);
     let entries: Awaited<ReturnType<NginxUpstream["stop"]>> = [];
     let responses: RawResponse[] = [];
     try {
@@ -216,4 +217,4 @@ Deno.test({
       assert.equal(entry.body, `GET /admin/ HTTP/1.1\r\nHost: ${SHOP}\r\n\r\n`);
     }
   },
-});
+);
