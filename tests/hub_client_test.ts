@@ -32,9 +32,15 @@ interface RemoteView {
 }
 
 /** Boots a remote-mode edge that follows `url` with a token, caching into `cacheDir`. */
-async function remoteEdge(url: string, token: string, cacheDir: string): Promise<TestEdge> {
+async function remoteEdge(
+  url: string,
+  token: string,
+  cacheDir: string,
+  mode = 0o600,
+): Promise<TestEdge> {
   const secrets = await Deno.makeTempDir({ prefix: "portcullis-node-" });
-  await Deno.writeTextFile(`${secrets}/node.token`, `${token}\n`, { mode: 0o600 });
+  await Deno.writeTextFile(`${secrets}/node.token`, `${token}\n`, { mode });
+  await Deno.chmod(`${secrets}/node.token`, mode);
   return bootEdge({
     lanes: ["public", "local_health"],
     edit(config) {
@@ -243,3 +249,26 @@ for (
     });
   });
 }
+
+Deno.test("remote edge: a hub token file open to others refuses the boot, naming file and mode", async () => {
+  const cacheDir = await Deno.makeTempDir({ prefix: "portcullis-cache-" });
+  try {
+    for (const mode of [0o644, 0o640, 0o604]) {
+      await assert.rejects(
+        () => remoteEdge("http://127.0.0.1:9", "token", cacheDir, mode),
+        (error: Error) => {
+          const octal = `0${mode.toString(8)}`;
+          assert.match(
+            String((error as { reasons?: string[] }).reasons ?? error.message),
+            new RegExp(
+              `hub\\.token_file \\S*node\\.token is open to group or others \\(mode ${octal}`,
+            ),
+          );
+          return true;
+        },
+      );
+    }
+  } finally {
+    await Deno.remove(cacheDir, { recursive: true });
+  }
+});

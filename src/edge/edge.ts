@@ -45,6 +45,8 @@ import {
 } from "./listeners.ts";
 import { DescriptorWatch } from "../server/descriptors.ts";
 import { AdminCredential } from "../server/admin.ts";
+import { readNamedFile } from "../config/rooted_read.ts";
+import type { HubClientConfig } from "../config/load.ts";
 import { C } from "../ledger/memory.ts";
 import { checkReach, type EdgePlan, firstGenerationNumber } from "./plan.ts";
 import type { WorkerRole } from "./worker_role.ts";
@@ -194,6 +196,8 @@ export async function startEdge(
   try {
     const tokenFile = plan.config.admin.tokenFile;
     admin = tokenFile ? await AdminCredential.load(tokenFile) : AdminCredential.none();
+    // A hub credential the edge could never use is a config error, not a hub outage to wait out.
+    if (owns && runtime.kind === "remote") await checkHubCredentials(runtime.hub);
   } catch (error) {
     stopRuntime();
     throw new BootError([(error as Error).message]);
@@ -456,4 +460,15 @@ export async function startEdge(
     },
     finished,
   };
+}
+
+/** Reads the hub credentials once, as every request to the hub will (rooted, secrets 0600). */
+async function checkHubCredentials(hub: HubClientConfig): Promise<void> {
+  if (hub.tls) {
+    await readNamedFile(hub.tls.caFile, "hub.tls.ca_file");
+    await readNamedFile(hub.tls.certFile, "hub.tls.cert_file");
+    await readNamedFile(hub.tls.keyFile, "hub.tls.key_file", { secret: true });
+  } else if (hub.tokenFile) {
+    await readNamedFile(hub.tokenFile, "hub.token_file", { secret: true });
+  }
 }
