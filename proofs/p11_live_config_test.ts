@@ -248,7 +248,14 @@ boundedTest(
         await hub.swap(...churnSet(++n));
         await sleep(150);
       }
-      const last = await inSync(hub, [edge]);
+      // The hub reads its folder after a debounce: wait until the edge serves the last set (under
+      // load the hub may still be loading it), then until both agree on its hash.
+      await waitFor(
+        () => get(edge!, "stable.test"),
+        ([s, body]) => s === 200 && body === `${n}`,
+        15_000,
+      );
+      const last = await inSync(hub, [edge], 15_000);
       await sleep(100);
       stop = true;
       await Promise.all(loops);
