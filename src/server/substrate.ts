@@ -135,11 +135,9 @@ function http2Substrate(
   server.on("session", (session: http2.ServerHttp2Session) => {
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
-    // A session nghttp2 has ended itself (the GOAWAY after a rapid-reset burst, a protocol
-    // error) is destroyed, never closed again: a second GOAWAY on it tripped an nghttp2 assertion
-    // (`stream->closed_next == NULL`) that killed the process now and then.
-    session.once("error", () => session.destroy());
-    session.once("goaway", () => session.destroy());
+    // A session already closing or destroyed is never closed again: a second GOAWAY on a session
+    // nghttp2 had ended itself is one suspect of the binding's crashes (decisions §8). Destroying
+    // a session from its own "goaway" or "error" event was tried and made them more frequent.
     session.setTimeout(limits.idleMs, () => closeSession(session));
   });
   server.on("secureConnection", (socket: tls.TLSSocket) => {
