@@ -29,7 +29,7 @@ import { readYaml } from "./src/config/yaml_file.ts";
 import { isHubFile, resolveHubConfig } from "./src/hub/config.ts";
 import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
-import { BootError } from "./src/edge/edge.ts";
+import { BootError } from "./src/boot/boot_error.ts";
 import { startWorkers } from "./src/edge/workers.ts";
 import { type EdgePlan, planEdge } from "./src/edge/plan.ts";
 

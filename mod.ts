@@ -7,46 +7,74 @@
  * the process needs are derived from its config and audited at boot. Tenants live in immutable
  * generations, loaded from a watched folder or streamed from a hub (`startHub`).
  *
- * @example
- * ```ts ignore
- * import { LANES, loadConfig, planEdge, startEdge } from "./mod.ts";
+ * An edge is started in three steps: {@link loadConfig} reads and validates the bootstrap file,
+ * {@link planEdge} checks it against the {@link LANES} and loads the first tenant generation, and
+ * {@link startEdge} binds the listeners and serves until {@link Edge.drain} or
+ * {@link Edge.close}. A config the gateway refuses throws {@link ConfigError} with every problem
+ * found; a listener that cannot bind throws {@link BootError}. The CLI (`main.ts`) also runs
+ * {@link auditPermissions} on the plan's grants before it starts, and refuses to boot a process
+ * that holds more than its config needs, or less.
+ *
+ * Reading a config needs env access to `LOG_STREAM` and `LOG_TOKENS`, or
+ * `--ignore-env=LOG_STREAM,LOG_TOKENS`: the YAML parser peeks at those two debug variables.
+ *
+ * This module exports that API and the types of what it hands back; the ledger's memory layout,
+ * the request pipeline and the boot checks stay behind it.
+ *
+ * @example Plan the example edge and list its lanes (binds nothing)
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { formatAddress, formatFlags, LANES, loadConfig, planEdge } from "./mod.ts";
+ *
  * const plan = await planEdge(await loadConfig("deploy/example/config.yaml"), LANES);
- * const edge = await startEdge(plan, { version: "dev" });
- * await edge.drain();
+ * for (const lane of plan.lanes) {
+ *   console.log(lane.table.descriptor.name, lane.listen.map(formatAddress).join(" "));
+ * }
+ * assert.deepEqual(
+ *   plan.lanes.map((lane) => lane.table.descriptor.name),
+ *   ["public", "local_health", "provider_health"],
+ * );
+ * // The flags to run it with; `await startEdge(plan, { version })` would then bind and serve.
+ * assert.match(formatFlags(plan.grants), /--allow-net=127\.0\.0\.1:8080,/);
  * ```
  *
  * @module
  */
+
+// The lanes, and what their routes are written against.
 export { LANES, localHealthLane, providerHealthLane, publicLane } from "./lanes/mod.ts";
-export { auditPermissions, type AuditResult, type PermissionQuery } from "./src/boot/audit.ts";
-export { checkListeners, overlaps } from "./src/boot/distinct.ts";
-export { formatFlags, type Grant, requiredGrants } from "./src/boot/flags.ts";
+export { LANE_NAMES, type LaneName } from "./src/ledger/lane_names.ts";
+export type { LaneDescriptor, LaneRoute } from "./src/pipeline/lane_table.ts";
+export type { RequestContext } from "./src/request/context.ts";
+export type { Reply } from "./src/request/reply.ts";
+
+// Config: load, and the errors it throws.
 export {
   type EdgeConfig,
   formatAddress,
   type ListenerAddress,
   loadConfig,
 } from "./src/config/load.ts";
-export {
-  ConfigStore,
-  type Generation,
-  type OfferOutcome,
-  type Rejection,
-} from "./src/config/generations.ts";
 export { ConfigError, type ConfigProblem, formatProblem } from "./src/config/problems.ts";
+
+// Plan, permissions, start.
+export { type EdgePlan, planEdge, type PlannedLane } from "./src/edge/plan.ts";
+export { formatFlags, type Grant, requiredGrants } from "./src/boot/flags.ts";
+export { auditPermissions, type AuditResult, type PermissionQuery } from "./src/boot/audit.ts";
+export { BootError } from "./src/boot/boot_error.ts";
+export { type Edge, type EdgeOptions, startEdge } from "./src/edge/edge.ts";
+
+// What a running edge hands back.
+export type { EdgeServices, EdgeState } from "./src/pipeline/services.ts";
+export type { Clock, Ledger } from "./src/ledger/ledger.ts";
+export { type LedgerSnapshot, snapshotLedger } from "./src/ledger/snapshot.ts";
+export type { ConfigStore, Generation, OfferOutcome, Rejection } from "./src/live/generations.ts";
+
+// The hub.
 export { type HubConfig, hubGrants, resolveHubConfig } from "./src/hub/config.ts";
 export { type Hub, startHub } from "./src/hub/hub.ts";
 export type { StreamAnswer } from "./src/hub/feed.ts";
-export { BootError, type Edge, type EdgeOptions, startEdge } from "./src/edge/edge.ts";
-export { type EdgePlan, planEdge } from "./src/edge/plan.ts";
-export type { EdgeServices, EdgeState } from "./src/edge/services.ts";
-export { LANE_NAMES, type LaneName } from "./src/ledger/lane.ts";
-export { type Clock, type ConnectionBudget, Ledger } from "./src/ledger/ledger.ts";
-export { type LedgerBuffers, LedgerMemory } from "./src/ledger/memory.ts";
-export { type Overload, type OverloadKind, overloadStatus } from "./src/ledger/overload.ts";
-export { type Profile, type ProfileInput, validateProfile } from "./src/ledger/profile.ts";
-export { Reservation } from "./src/ledger/reservation.ts";
-export { type LedgerSnapshot, snapshotLedger } from "./src/ledger/snapshot.ts";
-export { type FailureKind, failureReply, GatewayError } from "./src/proxy/errors.ts";
-export type { LaneDescriptor, LaneRoute, RequestContext } from "./src/server/lane.ts";
-export type { Reply } from "./src/server/reply.ts";
+
+// Failures: the kinds the gateway answers itself, and their one envelope.
+export { type FailureKind, failureReply, GatewayError } from "./src/request/errors.ts";
+export type { OverloadKind } from "./src/ledger/overload.ts";

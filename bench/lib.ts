@@ -148,13 +148,14 @@ export function spawnGateway(
   dir: string,
   flags: readonly string[],
   v8: readonly string[] = [],
+  root: string = ROOT,
 ): Promise<Deno.ChildProcess> {
   return spawnReady(Deno.execPath(), [
     "run",
     "--no-prompt",
     ...flags,
     ...v8,
-    `${ROOT}main.ts`,
+    `${root}main.ts`,
     "serve",
     `${dir}/config.yaml`,
   ]);

@@ -4,11 +4,11 @@
  * `deno bench --no-prompt bench/policy_bench.ts`.
  */
 import { compilePolicies, NO_POLICIES } from "../src/policy/policies.ts";
-import { checkPolicies, decorate, type PolicyTrail } from "../src/policy/phase.ts";
-import { PolicyStats } from "../src/policy/stats.ts";
-import { AddressSet } from "../src/proxy/cidr.ts";
-import type { RequestContext } from "../src/server/lane.ts";
-import type { Reply } from "../src/server/reply.ts";
+import { checkPolicies, decorate, type PolicyTrail } from "../src/policy/checks.ts";
+import { PolicyStats } from "../src/policy/policy_stats.ts";
+import { AddressSet } from "../src/request/cidr.ts";
+import type { RequestContext } from "../src/request/context.ts";
+import type { Reply } from "../src/request/reply.ts";
 
 const RAW = [
   "Host",

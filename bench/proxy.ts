@@ -7,7 +7,9 @@
  * ratio; then 1 MiB bodies, and the gateway's RSS growth while a 1 GiB body streams down and up.
  *
  * Needs `wrk`, `nginx` and `microsocks` (Debian: apt-get install -y wrk nginx microsocks).
- * Usage: deno task bench:proxy (`BENCH_ONLY=policies` for the policy cost alone, 7 runs)
+ * Usage: deno task bench:proxy (`BENCH_ONLY=policies` for the policy cost alone, 7 runs).
+ * `BENCH_BASELINE=<folder>` adds the same two gateways run from another checkout (e.g. a
+ * `git worktree` of the commit before a refactor), interleaved with these in the same run.
  *
  * @module
  */
@@ -37,6 +39,8 @@ const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
 const SMALL_YOUNG = "--max-semi-space-size=1";
 const PLAIN_CASE = "portcullis via microsocks";
 const POLICIES_CASE = "portcullis via microsocks, every policy on";
+/** Another checkout to compare with, in the same run (its own main.ts, this run's config). */
+const BASELINE = Deno.env.get("BENCH_BASELINE")?.replace(/\/?$/, "/");
 
 /** Every policy on, with limits the benchmark's one client never reaches. */
 const EVERY_POLICY = {
@@ -114,10 +118,11 @@ async function main() {
       name: string,
       v8: string[],
       served: Record<string, unknown>[] = tenants,
+      root?: string,
     ) => {
       const at = { ...ports, gateway: freePort(), local: freePort() };
       const flags = await writeGateway(`${dir}/${name}`, gatewayConfig(at), served);
-      const child = await spawnGateway(`${dir}/${name}`, flags, v8);
+      const child = await spawnGateway(`${dir}/${name}`, flags, v8, root);
       children.push(child);
       return { child, port: at.gateway };
     };
@@ -149,9 +154,26 @@ async function main() {
       },
       { name: POLICIES_CASE, url: `http://127.0.0.1:${guarded.port}`, pid: guarded.child.pid },
     ];
+    if (BASELINE) {
+      const before = await start("baseline", [], tenants, BASELINE);
+      const policed = [{ ...tenants[0], policies: EVERY_POLICY }];
+      const beforePolicies = await start("baseline-policies", [], policed, BASELINE);
+      cases.push(
+        {
+          name: `${PLAIN_CASE} (baseline)`,
+          url: `http://127.0.0.1:${before.port}`,
+          pid: before.child.pid,
+        },
+        {
+          name: `${POLICIES_CASE} (baseline)`,
+          url: `http://127.0.0.1:${beforePolicies.port}`,
+          pid: beforePolicies.child.pid,
+        },
+      );
+    }
     const headers = ["Host: bench.test"];
     if (ONLY === "policies") {
-      const pair = cases.filter((c) => c.name === PLAIN_CASE || c.name === POLICIES_CASE);
+      const pair = cases.filter((c) => c.name.startsWith(PLAIN_CASE));
       await table("64 B responses", pair, headers, "/small", "rps");
       return;
     }

@@ -8,7 +8,7 @@
  *
  * @module
  */
-import { generateCertificate } from "../src/tls/bootstrap.ts";
+import { generateCertificate } from "../src/tls/self_signed.ts";
 import { freePort, has, median, spawnGateway, stopAll, writeGateway, wrk } from "./lib.ts";
 
 const RUNS = Number(Deno.env.get("BENCH_RUNS") ?? 3);

@@ -5,16 +5,17 @@
  *
  * @module
  */
-import { configStatus } from "../src/config/generations.ts";
-import { LANE_NAMES } from "../src/ledger/lane.ts";
-import { C, G } from "../src/ledger/memory.ts";
+import { configStatus } from "../src/live/generations.ts";
+import { LANE_NAMES } from "../src/ledger/lane_names.ts";
+import { COUNTER_INDEX, G } from "../src/ledger/memory.ts";
 import { formatPath } from "../src/config/problems.ts";
-import type { EdgeServices } from "../src/edge/services.ts";
+import type { EdgeServices } from "../src/pipeline/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
 import { type PolicyFacts, renderMetrics } from "../src/observe/metrics.ts";
-import { failureReply } from "../src/proxy/errors.ts";
-import type { LaneDescriptor, RequestContext } from "../src/server/lane.ts";
-import { jsonReply } from "../src/server/reply.ts";
+import { failureReply } from "../src/request/errors.ts";
+import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
+import type { RequestContext } from "../src/request/context.ts";
+import { jsonReply } from "../src/request/reply.ts";
 
 const READ = ["GET", "HEAD"] as const;
 
@@ -200,7 +201,7 @@ function workersView(services: EdgeServices): { count: number; admitted: number[
   const memory = services.ledger.memory;
   const admitted = new Array(memory.buffers.stripes).fill(0);
   LANE_NAMES.forEach((_, lane) => {
-    memory.perStripe(C.admitted(lane)).forEach((n, stripe) => admitted[stripe] += n);
+    memory.perStripe(COUNTER_INDEX.admitted(lane)).forEach((n, stripe) => admitted[stripe] += n);
   });
   return { count: services.worker.count, admitted };
 }
@@ -221,24 +222,24 @@ export function socketsView(services: EdgeServices) {
     connections: {
       clients,
       upstream: {
-        active: memory.total(C.upstreamActive),
-        idle: memory.total(C.upstreamIdle),
-        connecting: memory.total(C.upstreamConnecting),
-        tunnels: memory.total(C.tunnels),
+        active: memory.total(COUNTER_INDEX.upstreamActive),
+        idle: memory.total(COUNTER_INDEX.upstreamIdle),
+        connecting: memory.total(COUNTER_INDEX.upstreamConnecting),
+        tunnels: memory.total(COUNTER_INDEX.tunnels),
       },
     },
     descriptors: {
       limit: files?.limit.limit ?? null,
       limit_exact: files?.limit.exact ?? false,
       reserved: files?.reserved ?? null,
-      exhausted: memory.total(C.descriptorsExhausted) > 0,
-      exhaustions: memory.total(C.descriptorExhaustions),
-      listener_rearms: memory.total(C.listenerRearms),
+      exhausted: memory.total(COUNTER_INDEX.descriptorsExhausted) > 0,
+      exhaustions: memory.total(COUNTER_INDEX.descriptorExhaustions),
+      listener_rearms: memory.total(COUNTER_INDEX.listenerRearms),
     },
     // Per isolate (0 serves the protected lanes): what each V8 heap holds, for finding growth.
     heap: {
-      used: memory.perStripe(C.heapUsed).slice(0, services.worker.count),
-      total: memory.perStripe(C.heapTotal).slice(0, services.worker.count),
+      used: memory.perStripe(COUNTER_INDEX.heapUsed).slice(0, services.worker.count),
+      total: memory.perStripe(COUNTER_INDEX.heapTotal).slice(0, services.worker.count),
     },
   };
 }

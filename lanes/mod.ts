@@ -4,8 +4,8 @@
  *
  * @module
  */
-import type { EdgeServices } from "../src/edge/services.ts";
-import type { LaneDescriptor } from "../src/server/lane.ts";
+import type { EdgeServices } from "../src/pipeline/services.ts";
+import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
 import { localHealthLane } from "./local_health.ts";
 import { providerHealthLane } from "./provider_health.ts";
 import { publicLane } from "./public.ts";

@@ -5,8 +5,8 @@
  *
  * @module
  */
-import type { EdgeServices } from "../src/edge/services.ts";
-import type { LaneDescriptor } from "../src/server/lane.ts";
+import type { PipelineServices } from "../src/pipeline/runner.ts";
+import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
 
 const OK = { status: 200, headers: { "content-type": "text/plain" }, body: "ok\n" } as const;
 const DRAINING = {
@@ -16,7 +16,7 @@ const DRAINING = {
 } as const;
 
 /** The provider-health lane. */
-export const providerHealthLane: LaneDescriptor<EdgeServices> = {
+export const providerHealthLane: LaneDescriptor<PipelineServices> = {
   name: "provider_health",
   summary: "GET /healthz only, tiny fixed body; small reserve and a mandatory rate budget",
   reach: "any",

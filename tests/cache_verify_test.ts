@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { readCache } from "../src/config/cache.ts";
+import { readCache } from "../src/live/cache.ts";
 import { boundedTest } from "./fixtures/bounded_test.ts";
 import { freePorts } from "./fixtures/gateway.ts";
 import { siteYaml, startTestHub, type TestHub } from "./fixtures/hub_in_process.ts";

@@ -4,7 +4,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { AddressSet, canonicalAddress, type Cidr, parseCidr } from "../src/proxy/cidr.ts";
+import { AddressSet, canonicalAddress, type Cidr, parseCidr } from "../src/request/cidr.ts";
 
 /** The parsed range, failing the test on a message. */
 function cidr(text: string): Cidr {

@@ -9,7 +9,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { BootError } from "../src/edge/edge.ts";
+import { BootError } from "../src/boot/boot_error.ts";
 import type { LedgerSnapshot } from "../src/ledger/snapshot.ts";
 import { exchange, json, parseResponses, renderRequest } from "./fixtures/http_client.ts";
 import { bootEdge, type EdgeSetup, isBalanced, withEdge } from "./fixtures/in_process.ts";

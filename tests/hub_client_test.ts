@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import http from "node:http";
 import { stringify } from "yaml";
-import { readCache } from "../src/config/cache.ts";
+import { readCache } from "../src/live/cache.ts";
 import { ADMIN_AUTH, freePorts } from "./fixtures/gateway.ts";
 import { siteYaml, startTestHub, type TestHub } from "./fixtures/hub_in_process.ts";
 import { json, request } from "./fixtures/http_client.ts";

@@ -121,10 +121,18 @@ function decode(files: Record<string, string>): Record<string, string> {
   );
 }
 
-/** The hub's one answer to a node it cannot authenticate, byte for byte. */
-const UNAUTHENTICATED = JSON.stringify({
-  error: { code: "unauthenticated", message: "The node could not be authenticated" },
-});
+/**
+ * The hub's one answer to a node it cannot authenticate, byte for byte: the same for every node and
+ * credential but for the request id, which is the one in its `X-Request-Id` header.
+ */
+const unauthenticated = (requestId: string) =>
+  JSON.stringify({
+    error: {
+      code: "unauthenticated",
+      message: "The node could not be authenticated",
+      request_id: requestId,
+    },
+  });
 
 Deno.test("hub stream: every node × credential pair that is not the node's own token gets the same 401", async () => {
   const t = await startTestHub();
@@ -157,7 +165,9 @@ Deno.test("hub stream: every node × credential pair that is not the node's own 
           assert.equal(json<StreamAnswer>(response).type, "snapshot", pair);
         } else {
           assert.equal(response.status, 401, `${pair}: ${response.body}`);
-          assert.equal(response.body, UNAUTHENTICATED, pair);
+          const requestId = response.headers["x-request-id"];
+          assert.match(requestId, /^[0-9a-f-]{36}$/, `${pair}: a fresh request id`);
+          assert.equal(response.body, unauthenticated(requestId), pair);
           assert.equal(response.headers["content-type"], "application/json", pair);
         }
         seen.push(`${pair}: ${response.status}`);
@@ -325,6 +335,37 @@ Deno.test("hub stream: a hash older than the kept history gets a snapshot, a kep
       after.get("demo.test.yaml"),
       before.get("demo.test.yaml"),
       "unchanged bytes shared",
+    );
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("hub errors use the edge's envelope and keep a valid inbound X-Request-Id", async () => {
+  const t = await startTestHub();
+  try {
+    const refused = await request(t.healthPort, {
+      path: "/v1/config/stream",
+      headers: [["X-Request-Id", "trace-7"]],
+    });
+    assert.equal(refused.status, 404);
+    assert.equal(refused.headers["x-request-id"], "trace-7");
+    assert.equal(
+      refused.body,
+      JSON.stringify({
+        error: {
+          code: "route_not_allowed",
+          message: "No such route on this listener",
+          request_id: "trace-7",
+        },
+      }),
+    );
+    const post = await request(t.apiPort, { path: "/v1/config/stream", method: "POST" });
+    assert.equal(post.status, 405);
+    assert.equal(json<{ error: { code: string } }>(post).error.code, "method_not_allowed");
+    assert.equal(
+      json<{ error: { request_id: string } }>(post).error.request_id,
+      post.headers["x-request-id"],
     );
   } finally {
     await t.dispose();

@@ -5,10 +5,10 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { AddressSet } from "../src/proxy/cidr.ts";
+import { AddressSet } from "../src/request/cidr.ts";
+import { effectiveClient } from "../src/request/client_ip_headers.ts";
 import {
   downstreamHeaders,
-  effectiveClient,
   type ForwardContext,
   isIdentityHeader,
   upstreamHeaders,

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { LANE_NAMES, type LaneName } from "../src/ledger/lane.ts";
+import { LANE_NAMES, type LaneName } from "../src/ledger/lane_names.ts";
 import { type ConnectionBudget, Ledger } from "../src/ledger/ledger.ts";
-import { C, LedgerMemory } from "../src/ledger/memory.ts";
+import { COUNTER_INDEX, LedgerMemory } from "../src/ledger/memory.ts";
 import type { Overload, OverloadKind } from "../src/ledger/overload.ts";
 import type { Profile } from "../src/ledger/profile.ts";
 import { Reservation } from "../src/ledger/reservation.ts";
@@ -190,9 +190,9 @@ Deno.test("two Ledgers over the same shared buffers enforce one set of slots", (
   assert.equal(snap.lanes.public.overload.aggregate_full, 1);
   assert.equal(snap.lanes.local_health.overload.byte_budget, 1);
   assert.equal(snap.lanes.provider_health.overload.rate_budget, 1);
-  assert.equal(first.counters[first.stripe + C.admitted(0)], 2);
-  assert.equal(second.counters[second.stripe + C.admitted(0)], 1);
-  assert.equal(first.total(C.admitted(0)), 3);
+  assert.equal(first.counters[first.stripe + COUNTER_INDEX.admitted(0)], 2);
+  assert.equal(second.counters[second.stripe + COUNTER_INDEX.admitted(0)], 1);
+  assert.equal(first.total(COUNTER_INDEX.admitted(0)), 3);
 
   borrowed.cancel(); // through b
   const local = admit(a, "local_health") as Reservation; // a borrows the freed general slot

@@ -1,5 +1,5 @@
 /**
- * Config generations (src/config/generations.ts) at the unit level, for what the end-to-end reload
+ * Config generations (src/live/generations.ts) at the unit level, for what the end-to-end reload
  * tests cannot tell apart: a set the process's own check refuses (backends out of reach, a tenant
  * aimed at this process's listeners) never goes live, and two different file sets never share a
  * hash. Killed mutations: `generations.check-problems-ignored`, `generations.hash-without-lengths`.
@@ -7,7 +7,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { ConfigStore, hashTexts } from "../src/config/generations.ts";
+import { ConfigStore, hashTexts } from "../src/live/generations.ts";
 import type { ConfigProblem } from "../src/config/problems.ts";
 import { buildRegistry } from "../src/proxy/tenants.ts";
 

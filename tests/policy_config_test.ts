@@ -107,3 +107,30 @@ Deno.test("globals.yaml is never read as a tenant", async () => {
   assert.deepEqual(registry.tenants, []);
   assert.equal(registry.globalPolicies.caps?.maxHeaders, 100);
 });
+
+Deno.test("compilePolicies() lists the checks on or in dry run, cheapest first, and no others", () => {
+  const rules = [{ name: "admin", path: "^/admin", action: "404" as const }];
+  const every = compilePolicies({
+    waf: { mode: "dry_run", sqli: true, xss: true, traversal: true, headers: [] },
+    blocklist: { mode: "on", rules, block_after: 0, window_ms: 60_000 },
+    rate_limit: { mode: "on", per_second: 1, burst: 1, max_clients: 10, block_after: 0 },
+    caps: {
+      mode: "dry_run",
+      max_headers: 10,
+      max_header_bytes: 1024,
+      max_url_bytes: 1024,
+      max_body_bytes: 1024,
+    },
+    ttl_block: { mode: "on", ttl_ms: 1000, action: "429", max_entries: 10 },
+  }, {});
+  assert.deepEqual(
+    every.checks.map((check) => `${check.phase} ${check.mode}`),
+    ["ttl_block on", "caps dry_run", "rate_limit on", "blocklist on", "waf dry_run"],
+  );
+  const some = compilePolicies({
+    waf: { mode: "off", sqli: true, xss: true, traversal: true, headers: [] },
+    blocklist: { mode: "on", rules, block_after: 0, window_ms: 60_000 },
+  }, {});
+  assert.deepEqual(some.checks.map((check) => check.phase), ["blocklist"]);
+  assert.deepEqual(compilePolicies(undefined, {}).checks, []);
+});

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import type { LaneName } from "../src/ledger/lane.ts";
+import type { LaneName } from "../src/ledger/lane_names.ts";
 import {
   type LaneProfileInput,
   type ProfileInput,

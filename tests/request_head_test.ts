@@ -6,8 +6,8 @@
  */
 import assert from "node:assert/strict";
 import type { IncomingMessage } from "node:http";
-import { requestIdFor } from "../src/proxy/request_id.ts";
-import { type HeadLimits, normalizeHost, readHead } from "../src/server/request_head.ts";
+import { requestIdFor } from "../src/request/request_id.ts";
+import { type HeadLimits, normalizeHost, readHead } from "../src/request/head.ts";
 
 const LIMITS: HeadLimits = { headers: 100, targetBytes: 8192 };
 

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import type { IncomingMessage } from "node:http";
 import { join } from "node:path";
-import { commitCache, stageCache, verifyCache } from "../src/config/cache.ts";
+import { commitCache, stageCache, verifyCache } from "../src/live/cache.ts";
 import {
   checkRooted,
   openRooted,

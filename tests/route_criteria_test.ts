@@ -8,10 +8,10 @@
 import assert from "node:assert/strict";
 import type { IncomingHttpHeaders } from "node:http";
 import type { RouteDocument } from "../src/config/tenant_schema.ts";
-import { requestFacts } from "../src/proxy/dataplane.ts";
+import { requestFacts } from "../src/pipeline/tenant_phases.ts";
 import { compileRoute } from "../src/proxy/route_compile.ts";
 import { type Criteria, parsePath, type RequestFacts, RouteTable } from "../src/proxy/routes.ts";
-import type { RequestContext } from "../src/server/lane.ts";
+import type { RequestContext } from "../src/request/context.ts";
 
 /** A route named `name` on `spec` (`/x`, `/x/{p}` or `prefix:/x/`) with these criteria. */
 function route(name: string, spec: string, criteria?: Partial<Criteria>) {

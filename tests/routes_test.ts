@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { type LocalAction, namesNoPath, placeholders, runAction } from "../src/proxy/actions.ts";
 import { parsePath, type PathPattern, type RouteEntry, RouteTable } from "../src/proxy/routes.ts";
-import type { RequestHead } from "../src/server/request_head.ts";
+import type { RequestHead } from "../src/request/head.ts";
 
 /** A route named `name`: `/x` exact, `/x/{p}` template, or `prefix:/x/`. */
 function route(

@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { stringify } from "yaml";
-import type { Generation } from "../src/config/generations.ts";
+import type { Generation } from "../src/live/generations.ts";
 import {
   ADMIN_AUTH,
   DEMO_TENANT,

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { LANE_NAMES } from "../src/ledger/lane.ts";
+import { LANE_NAMES } from "../src/ledger/lane_names.ts";
 import { Ledger } from "../src/ledger/ledger.ts";
 import { OVERLOAD_KINDS } from "../src/ledger/overload.ts";
 import type { Profile } from "../src/ledger/profile.ts";

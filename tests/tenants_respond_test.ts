@@ -7,9 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { blockReply } from "../src/proxy/dataplane.ts";
+import { blockReply } from "../src/pipeline/tenant_phases.ts";
 import { loadTenants } from "../src/proxy/tenants.ts";
-import type { RequestContext } from "../src/server/lane.ts";
+import type { RequestContext } from "../src/request/context.ts";
 import { configErrorOf, tenantsDir } from "./fixtures/config_files.ts";
 
 /** Loads the folder and returns the problems it must be refused with. */

@@ -9,7 +9,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { AddressSet } from "../src/proxy/cidr.ts";
+import { AddressSet } from "../src/request/cidr.ts";
 import { upstreamHeaders } from "../src/proxy/hygiene.ts";
 import { formatTraceparent, parseTraceparent } from "../src/observe/trace_context.ts";
 import { request } from "./fixtures/http_client.ts";

@@ -9,7 +9,7 @@
 import { isIPv4 } from "node:net";
 import { resolve } from "node:path";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
-import type { LaneName } from "../ledger/lane.ts";
+import type { LaneName } from "../ledger/lane_names.ts";
 
 /** A listener as the check sees it: its lane, its position in the lane's list, its address. */
 export interface LaneListener {

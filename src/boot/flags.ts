@@ -16,7 +16,7 @@ import {
   type ListenerAddress,
   runsWorkers,
 } from "../config/load.ts";
-import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
+import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
 
 /** One permission the process must hold, and why. */
 export interface Grant {

@@ -34,9 +34,7 @@ export function summarizePlan<S>(plan: EdgePlan<S>): string {
       : "";
     lines.push(
       `  lane ${name}: ${lane.listen.map(formatAddress).join(", ")}${tls}`,
-      `    routes ${lane.table.paths.join(" ")}${
-        lane.table.descriptor.dataplane ? " + tenants" : ""
-      }`,
+      `    routes ${lane.table.paths.join(" ")}${lane.table.descriptor.phases ? " + tenants" : ""}`,
       `    reserve ${p.reserve}, ceiling ${p.maxSlots} slots, footprint ${p.footprint} B, ` +
         `deadline ${p.deadlineMs} ms, ${p.maxConnections} connections${rate}`,
     );

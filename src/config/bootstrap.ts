@@ -5,7 +5,7 @@
  * @module
  */
 import * as v from "valibot";
-import { parseCidr } from "../proxy/cidr.ts";
+import { parseCidr } from "../request/cidr.ts";
 import { EgressSchema } from "./egress_schema.ts";
 import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
 import { HostName } from "./tenant_schema.ts";

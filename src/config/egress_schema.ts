@@ -5,8 +5,8 @@
  * @module
  */
 import * as v from "valibot";
-import { parseCidr } from "../proxy/cidr.ts";
-import { splitTarget } from "../egress/destinations.ts";
+import { parseCidr } from "../request/cidr.ts";
+import { splitTarget } from "../request/host.ts";
 import { IpLiteral, Port, wholeNumber } from "./fields.ts";
 
 /** `host:port` as `--allow-net` spells it (IPv6 in brackets). */

@@ -5,8 +5,7 @@
  * @module
  */
 import { dirname, join, normalize } from "node:path";
-import type { LaneName } from "../ledger/lane.ts";
-import type { CertificateSource } from "../tls/certificates.ts";
+import type { LaneName } from "../ledger/lane_names.ts";
 import type { PathRules } from "../request/canonical_path.ts";
 import { DEFAULT_CLIENT_IP_HEADERS } from "../request/client_ip_headers.ts";
 import {
@@ -357,4 +356,12 @@ export function formatAddress(address: ListenerAddress): string {
   if (address.kind === "unix") return `unix:${address.path}`;
   const host = address.hostname.includes(":") ? `[${address.hostname}]` : address.hostname;
   return `${host}:${address.port}`;
+}
+
+/** One configured certificate. */
+export interface CertificateSource {
+  readonly certFile: string;
+  readonly keyFile: string;
+  /** Serve this one when no name matches. */
+  readonly isDefault: boolean;
 }

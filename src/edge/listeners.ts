@@ -8,13 +8,14 @@
 import type { AddressInfo, Server, Socket } from "node:net";
 import net from "node:net";
 import type { ListenerRole } from "../boot/distinct.ts";
-import { clearStaleSocket } from "../boot/unix_socket.ts";
+import { bindServer } from "../server/bind.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
-import type { LaneName } from "../ledger/lane.ts";
-import { createLaneServer, type ServerLimits } from "../server/lane_server.ts";
-import type { LaneTable } from "../server/lane.ts";
+import type { LaneName } from "../ledger/lane_names.ts";
+import { createLaneListener, type ServerLimits } from "../server/lane_listener.ts";
+import { createPipeline } from "../pipeline/runner.ts";
+import type { LaneTable } from "../pipeline/lane_table.ts";
 import { servePassthrough } from "../tls/passthrough.ts";
-import type { EdgeServices } from "./services.ts";
+import type { EdgeServices } from "../pipeline/services.ts";
 
 /** A listener bound (or about to be) for one lane. */
 export interface Bound {
@@ -62,19 +63,25 @@ export function createListener(
   const tls = role === "serve" && lane === "public" && store && context.tls
     ? { store, minVersion: context.tls.minVersion, http2: context.tls.http2 }
     : undefined;
-  const substrate = createLaneServer({
-    lane: table,
-    services,
+  // The edge hands the lane's pipeline to the transport; the transport never sees what it runs.
+  const pipeline = createPipeline(table, services, context.limits);
+  const listener = createLaneListener({
+    lane,
+    ledger: services.ledger,
+    stats: services.stats,
     limits: context.limits,
     armed: context.armed,
     tls,
+    serve: (arrival) => pipeline.serve(arrival),
+    upgrades: table.descriptor.phases !== undefined,
   });
+  listener.server.on("close", () => pipeline.stop());
   return {
     ...base,
-    server: substrate.server,
-    stopAccepting: () => substrate.server.close(),
-    closeIdle: () => substrate.closeIdle(),
-    closeAll: () => substrate.closeAll(),
+    server: listener.server,
+    stopAccepting: () => listener.server.close(),
+    closeIdle: () => listener.closeIdle(),
+    closeAll: () => listener.closeAll(),
   };
 }
 
@@ -145,54 +152,6 @@ export function listen(bound: Bound, reusePort = false): Promise<void> {
     `Cannot bind ${describeListener(bound)} on ${formatAddress(bound.address)}`,
     reusePort,
   );
-}
-
-/**
- * Binds `server` to `address` (a stale Unix socket file is cleared first; a live one is refused).
- *
- * @param what the start of the error message, naming what was being bound
- * @throws {Error} `what` plus the reason in an operator's words
- */
-export async function bindServer(
-  server: Server,
-  address: ListenerAddress,
-  what: string,
-  reusePort = false,
-): Promise<void> {
-  if (address.kind === "unix") {
-    const busy = await clearStaleSocket(address.path);
-    if (busy) throw new Error(`${what}: ${busy}`);
-  }
-  await new Promise<void>((resolve, reject) => {
-    const fail = (error: NodeJS.ErrnoException) => {
-      const reason = error.code === "EADDRINUSE"
-        ? "address already in use"
-        : error.code === "EACCES"
-        ? "permission denied by the OS"
-        : error.code === "ENOENT"
-        ? "its folder does not exist"
-        : error.name === "NotCapable"
-        ? "not granted by --allow-net"
-        : error.message;
-      reject(new Error(`${what}: ${reason}`));
-    };
-    server.once("error", fail);
-    const ready = async () => {
-      server.off("error", fail);
-      // Only the gateway's own user may connect: the socket's file mode is its peer check.
-      if (address.kind === "unix") await Deno.chmod(address.path, 0o600).catch(() => {});
-      resolve();
-    };
-    try {
-      if (address.kind === "unix") server.listen({ path: address.path }, ready);
-      else {
-        const { hostname: host, port } = address;
-        server.listen({ host, port, exclusive: true, ...(reusePort ? { reusePort } : {}) }, ready);
-      }
-    } catch (error) {
-      fail(error as NodeJS.ErrnoException);
-    }
-  });
 }
 
 /** The listening handle under a `node:net` server (Deno's libuv port), when it has one. */

@@ -9,28 +9,30 @@ import { checkListeners, type LaneListener, type ListenerRole } from "../boot/di
 import { configuredLanes, type Grant, requiredGrants } from "../boot/flags.ts";
 import { type EdgeConfig, formatAddress, type ListenerAddress } from "../config/load.ts";
 import { ConfigError, type ConfigProblem } from "../config/problems.ts";
-import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
+import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
 import { type LaneProfileInput, type Profile, validateProfile } from "../ledger/profile.ts";
-import { verifyCache } from "../config/cache.ts";
+import { verifyCache } from "../live/cache.ts";
 import { runtimeTextsOf } from "../config/file_set.ts";
-import { type GenerationSource, hashTexts } from "../config/generations.ts";
+import { type GenerationSource, hashTexts } from "../live/generations.ts";
 import { readRuntimeTexts } from "../config/tenant_files.ts";
 import { buildRegistry, TenantRegistry } from "../proxy/tenants.ts";
+import { inwardMessage, tenantTargets } from "../proxy/inward.ts";
 import {
   type OwnListener,
   ownListener,
   PrivateAllowance,
   refuseInternal,
-  splitTarget,
 } from "../egress/destinations.ts";
+import { splitTarget } from "../request/host.ts";
 import {
   type DescriptorLimit,
+  type DescriptorPlan,
   probeCeiling,
   probeDescriptorLimit,
   publicCeiling,
   reservedDescriptors,
 } from "../server/descriptors.ts";
-import { compileLane, type LaneDescriptor, type LaneTable } from "../server/lane.ts";
+import { compileLane, type LaneDescriptor, type LaneTable } from "../pipeline/lane_table.ts";
 
 /** One set of listeners the edge will serve: a lane's own, or a companion of the public lane. */
 export interface PlannedLane<S> {
@@ -65,16 +67,6 @@ export interface EdgePlan<S> {
   readonly grants: readonly Grant[];
   /** The open-file limit and what it left the public lane; absent when not measured. */
   readonly descriptors?: DescriptorPlan;
-}
-
-/** The open-file limit as planned with (see server/descriptors.ts). */
-export interface DescriptorPlan {
-  readonly limit: DescriptorLimit;
-  /** Descriptors kept away from public connections. */
-  readonly reserved: number;
-  /** The public lane's `max_connections`, and whether the limit chose it. */
-  readonly publicConnections: number;
-  readonly derived: boolean;
 }
 
 /**
@@ -359,57 +351,6 @@ export function ownListeners(config: EdgeConfig): OwnListener[] {
     add(address, `lanes.public.passthrough.listen[${i}]`)
   );
   return out;
-}
-
-/** Every place a tenant set names a destination: proxy backends and passthrough targets. */
-function* tenantTargets(tenants: TenantRegistry) {
-  for (const tenant of tenants.tenants) {
-    for (const route of tenant.routeList) {
-      if (route.action.kind !== "proxy") continue;
-      for (const [b, backend] of route.action.backends.entries()) {
-        yield {
-          file: tenant.file,
-          path: ["routes", route.index, "proxy", "backends", b, "url"],
-          value: `http://${backend.authority}`,
-          host: backend.hostname,
-          port: backend.port,
-          target: backend.target,
-        };
-      }
-    }
-    for (const [b, backend] of (tenant.passthrough?.backends ?? []).entries()) {
-      yield {
-        file: tenant.file,
-        path: ["passthrough", "backends", b],
-        value: backend.target,
-        host: backend.host,
-        port: backend.port,
-        target: backend.target,
-      };
-    }
-  }
-}
-
-/**
- * The destinations of a tenant set that reach one of `own` listeners (a hub checks its own
- * listeners this way; an edge, in {@link checkReach}).
- */
-export function inwardProblems(
-  tenants: TenantRegistry,
-  own: readonly OwnListener[],
-): ConfigProblem[] {
-  const problems: ConfigProblem[] = [];
-  for (const { file, path, value, host, port, target } of tenantTargets(tenants)) {
-    const inward = ownListener(host, port, own);
-    if (inward) problems.push({ file, path, value, message: inwardMessage(target, inward) });
-  }
-  return problems;
-}
-
-/** The refusal of a target that reaches one of this process's listeners. */
-function inwardMessage(target: string, listener: OwnListener): string {
-  return `${target} reaches this gateway's own listener ${listener.name} ` +
-    `(${listener.hostname}:${listener.port}): nothing may be sent back into the gateway`;
 }
 
 /** The public lane's companion listeners (ACME http-01, passthrough), for the distinct check. */

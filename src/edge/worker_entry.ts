@@ -7,11 +7,14 @@
  * @module
  */
 import { LANES } from "../../lanes/mod.ts";
-import type { OfferOutcome, Rejection } from "../config/generations.ts";
+import type { OfferOutcome, Rejection } from "../live/generations.ts";
 import { loadConfig } from "../config/load.ts";
 import { ConfigError, formatProblem } from "../config/problems.ts";
-import { BootError, type Edge, startEdge } from "./edge.ts";
-import { planEdge } from "./plan.ts";
+import { BootError } from "../boot/boot_error.ts";
+import { type Edge, startEdge } from "./edge.ts";
+import { type EdgePlan, planEdge } from "./plan.ts";
+import type { EdgeServices } from "../pipeline/services.ts";
+import type { WorkerRole } from "./worker_role.ts";
 import type { ToOwner, ToWorker } from "./worker_messages.ts";
 
 const scope = self as unknown as {
@@ -72,66 +75,18 @@ async function handle(message: ToWorker): Promise<void> {
   }
 }
 
-async function start(message: Extract<ToWorker, { type: "start" }>): Promise<void> {
+/**
+ * Boots this worker's edge from the owner's config and first generation, then reports it armed;
+ * a failure is reported to the owner with its reasons.
+ */
+async function start(message: StartMessage): Promise<void> {
   const prefix = `portcullis: worker ${message.index}: `;
   const log = (line: string) => console.error(line.replace(/^portcullis: /, prefix));
   try {
-    const config = await loadConfig(message.file);
-    const first = message.first;
-    const plan = await planEdge(config, LANES, {
-      first: {
-        dir: first.dir,
-        texts: new Map(first.texts),
-        hash: first.hash,
-        source: first.source,
-      },
-      fileLimit: message.fileLimit,
-    });
-    edge = await startEdge(plan, {
-      version: message.version,
-      log,
-      worker: {
-        index: message.index,
-        count: message.count,
-        ledger: message.ledger,
-        stats: message.stats,
-        egressChannel: message.egressChannel,
-        generation: message.generation,
-        first: { number: first.number, loadedAt: first.loadedAt },
-        armGate(listeners) {
-          scope.postMessage({ type: "listeners", listeners });
-          return new Promise((resolve, reject) => arm = { resolve, reject });
-        },
-        owner: {
-          async reloadConfig(): Promise<OfferOutcome> {
-            const value = await call("reload") as { outcome: string; rejection?: Rejection };
-            const live = edge!.services.config.current;
-            if (value.outcome === "rejected") {
-              return { outcome: "rejected", rejection: value.rejection! };
-            }
-            return { outcome: value.outcome as "loaded" | "unchanged", generation: live };
-          },
-          hubStatus: () => call("hubStatus") as Promise<Record<string, unknown>>,
-          drain: () => scope.postMessage({ type: "drain" }),
-        },
-      },
-    });
+    const plan = await planAsOwner(message);
+    edge = await startEdge(plan, { version: message.version, log, worker: mirrorRole(message) });
     scope.postMessage({ type: "armed" });
-    // Policy and request counters reach worker 0 (which serves /metrics) twice a second.
-    let sent = "";
-    const timer = setInterval(() => {
-      const policy = edge!.services.policyStats.counts();
-      const requests = edge!.services.observer.metrics.counts();
-      const text = JSON.stringify([policy, requests]);
-      if (text !== sent) scope.postMessage({ type: "counts", policy, requests });
-      sent = text;
-    }, 500);
-    Deno.unrefTimer(timer);
-    edge.finished.then(() => {
-      clearInterval(timer);
-      scope.postMessage({ type: "finished" });
-      scope.close();
-    });
+    sendCounts(edge);
   } catch (error) {
     const reasons = error instanceof ConfigError
       ? error.problems.map(formatProblem)
@@ -140,4 +95,75 @@ async function start(message: Extract<ToWorker, { type: "start" }>): Promise<voi
       : [String(error)];
     scope.postMessage({ type: "boot-failed", reasons });
   }
+}
+
+/** The "start" message: everything a worker is told before it boots. */
+type StartMessage = Extract<ToWorker, { type: "start" }>;
+
+/** Loads the same config and plans it with the owner's first generation and open-file limit. */
+async function planAsOwner(message: StartMessage): Promise<EdgePlan<EdgeServices>> {
+  const config = await loadConfig(message.file);
+  const first = message.first;
+  return await planEdge(config, LANES, {
+    first: {
+      dir: first.dir,
+      texts: new Map(first.texts),
+      hash: first.hash,
+      source: first.source,
+    },
+    fileLimit: message.fileLimit,
+  });
+}
+
+/**
+ * This worker's part: its stripe of the shared memory, an arm gate that waits for the owner's
+ * word, and the owner's calls for what only the owner can do (reload, hub status, drain).
+ */
+function mirrorRole(message: StartMessage): WorkerRole {
+  return {
+    index: message.index,
+    count: message.count,
+    ledger: message.ledger,
+    stats: message.stats,
+    egressChannel: message.egressChannel,
+    generation: message.generation,
+    first: { number: message.first.number, loadedAt: message.first.loadedAt },
+    armGate(listeners) {
+      scope.postMessage({ type: "listeners", listeners });
+      return new Promise((resolve, reject) => arm = { resolve, reject });
+    },
+    owner: {
+      async reloadConfig(): Promise<OfferOutcome> {
+        const value = await call("reload") as { outcome: string; rejection?: Rejection };
+        const live = edge!.services.config.current;
+        if (value.outcome === "rejected") {
+          return { outcome: "rejected", rejection: value.rejection! };
+        }
+        return { outcome: value.outcome as "loaded" | "unchanged", generation: live };
+      },
+      hubStatus: () => call("hubStatus") as Promise<Record<string, unknown>>,
+      drain: () => scope.postMessage({ type: "drain" }),
+    },
+  };
+}
+
+/**
+ * Sends policy and request counters to worker 0 (which serves /metrics) twice a second while they
+ * change, and tells it when this edge has finished.
+ */
+function sendCounts(running: Edge): void {
+  let sent = "";
+  const timer = setInterval(() => {
+    const policy = running.services.policyStats.counts();
+    const requests = running.services.observer.metrics.counts();
+    const text = JSON.stringify([policy, requests]);
+    if (text !== sent) scope.postMessage({ type: "counts", policy, requests });
+    sent = text;
+  }, 500);
+  Deno.unrefTimer(timer);
+  running.finished.then(() => {
+    clearInterval(timer);
+    scope.postMessage({ type: "finished" });
+    scope.close();
+  });
 }

@@ -5,11 +5,11 @@
  * @module
  */
 import type { LaneListener } from "../boot/distinct.ts";
-import type { GenerationSource, Rejection } from "../config/generations.ts";
+import type { GenerationSource, Rejection } from "../live/generations.ts";
 import type { DescriptorLimit } from "../server/descriptors.ts";
 import type { LedgerBuffers } from "../ledger/memory.ts";
 import type { ConfigProblem } from "../config/problems.ts";
-import type { PolicyCounts } from "../policy/stats.ts";
+import type { PolicyCounts } from "../policy/policy_stats.ts";
 import type { MetricCounts } from "../observe/request_metrics.ts";
 
 /** A generation as plain data: enough to rebuild it. */

@@ -8,9 +8,11 @@
  * @module
  */
 import type { LaneListener } from "../boot/distinct.ts";
-import type { Generation, OfferOutcome } from "../config/generations.ts";
+import type { Generation, OfferOutcome } from "../live/generations.ts";
 import type { ConfigProblem } from "../config/problems.ts";
 import type { LedgerBuffers } from "../ledger/memory.ts";
+import type { LaneName } from "../ledger/lane_names.ts";
+import type { ListenerAddress } from "../config/load.ts";
 
 /** The owner's side of what a mirror may ask for. */
 export interface OwnerCalls {
@@ -44,4 +46,20 @@ export interface WorkerRole {
   readonly owner?: OwnerCalls;
   /** The owner: drains every worker (a drain asked of this isolate alone would leave them up). */
   readonly drainAll?: () => Promise<void>;
+}
+
+/**
+ * Which listeners an isolate binds. Alone, all of them. With request workers, worker 0 binds the
+ * protected lanes (`local_health`, `provider_health`) and every Unix socket (one socket per path),
+ * so a flooded public event loop can never delay a health probe; workers 1 … N bind the public
+ * lane's TCP listeners, all of them, with `reusePort`.
+ */
+export function bindsHere(
+  worker: Pick<WorkerRole, "index"> | undefined,
+  lane: LaneName,
+  address: ListenerAddress,
+): boolean {
+  if (!worker) return true;
+  if (worker.index === 0) return lane !== "public" || address.kind === "unix";
+  return lane === "public" && address.kind === "tcp";
 }

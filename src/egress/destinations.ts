@@ -22,7 +22,8 @@
  *
  * @module
  */
-import { AddressSet, canonicalAddress } from "../proxy/cidr.ts";
+import { AddressSet } from "../request/cidr.ts";
+import { readHost, splitTarget } from "../request/host.ts";
 
 const LOOPBACK = "a loopback address";
 
@@ -56,47 +57,6 @@ const LOCAL_NAMES = new Set([
   "ip6-localhost",
   "ip6-loopback",
 ]);
-
-/** A destination host as this module sees it. */
-export interface Host {
-  /** The host as a resolver would read it: an address, or a lower-case name without final dot. */
-  readonly canonical: string;
-  readonly kind: "address" | "name";
-}
-
-/**
- * Reads a host the way resolvers do: IPv4 in every `inet_aton` form becomes dotted decimal (the
- * WHATWG URL parser implements those forms), IPv6 is compressed with an IPv4-mapped address as its
- * IPv4, a name is lower-cased without its final dot.
- *
- * @param host a host name or IP literal, IPv6 with or without brackets
- * @returns undefined when no URL could carry the host
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { readHost } from "./destinations.ts";
- * assert.equal(readHost("0x7f.1")?.canonical, "127.0.0.1");
- * assert.equal(readHost("2130706433")?.canonical, "127.0.0.1");
- * assert.equal(readHost("[::ffff:127.0.0.1]")?.canonical, "127.0.0.1");
- * assert.equal(readHost("Shop.Example.")?.canonical, "shop.example");
- * ```
- */
-export function readHost(host: string): Host | undefined {
-  const bare = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
-  let hostname: string;
-  try {
-    hostname = new URL(`http://${bare.includes(":") ? `[${bare}]` : bare}/`).hostname;
-  } catch {
-    return undefined;
-  }
-  if (hostname.startsWith("[")) {
-    const address = canonicalAddress(hostname.slice(1, -1));
-    return address === undefined ? undefined : { canonical: address, kind: "address" };
-  }
-  const address = canonicalAddress(hostname);
-  if (address !== undefined) return { canonical: address, kind: "address" };
-  return { canonical: hostname.replace(/\.+$/, ""), kind: "name" };
-}
 
 /** True for `localhost`, `*.localhost` and the other names of this machine. */
 export function isLocalName(name: string): boolean {
@@ -201,17 +161,6 @@ export class PrivateAllowance {
 }
 
 /**
- * Splits `host:port` (IPv6 in brackets) into a canonical host and a port; undefined for a CIDR or
- * a bare address.
- */
-export function splitTarget(text: string): { host: string; port: number } | undefined {
-  const match = /^(\[[^\]]+\]|[^:/[\]]+):(\d{1,5})$/.exec(text);
-  if (!match) return undefined;
-  const host = readHost(match[1]);
-  return host ? { host: host.canonical, port: Number(match[2]) } : undefined;
-}
-
-/**
  * Refuses internal destinations at connect time: the reason as a sentence, or undefined when
  * `host:port` may be reached.
  */
@@ -250,4 +199,18 @@ export function refuseLoopbackTunnel(
   const shown = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
   return `The SOCKS instance reached ${shown} from ${read.canonical}: it is on this machine, ` +
     "not in egress.allow_private";
+}
+
+/** A proxy backend, parsed from its URL. */
+export interface Backend {
+  /** `http://authority`, lower case: the negative-cache key. */
+  readonly key: string;
+  /** Host name or IP literal (no brackets). */
+  readonly hostname: string;
+  readonly port: number;
+  /** `host[:port]` as written: the upstream Host header. */
+  readonly authority: string;
+  /** `host:port` (IPv6 in brackets), as `egress.direct` and `--allow-net` spell it. */
+  readonly target: string;
+  readonly weight: number;
 }

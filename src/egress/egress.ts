@@ -7,7 +7,7 @@
  * @module
  */
 import type http from "node:http";
-import type { Backend } from "../proxy/actions.ts";
+import type { Backend } from "./destinations.ts";
 import type { Duplex } from "node:stream";
 import {
   type AgentSettings,

@@ -29,16 +29,18 @@ import type { IncomingMessage } from "node:http";
 import type { TLSSocket } from "node:tls";
 import { readRootedText, RootedReadError } from "../config/rooted_read.ts";
 import { describeIoError } from "../config/yaml_file.ts";
+import type { FailureKind } from "../request/errors.ts";
 
-/** The outcome of authenticating one request. */
+/** The outcome of authenticating one request: accepted, or the failure to answer with. */
 export type AuthResult =
   | { readonly ok: true }
-  | {
-    readonly ok: false;
-    readonly status: 401 | 403;
-    readonly code: string;
-    readonly message: string;
-  };
+  | { readonly ok: false; readonly kind: AuthFailure };
+
+/** How the hub refuses a node; status and message are in the failure table (request/errors.ts). */
+export type AuthFailure = Extract<
+  FailureKind,
+  "unauthenticated" | "wrong_node" | "ambiguous_certificate"
+>;
 
 /** Authenticates a request that says it comes from `nodeId`. */
 export type NodeAuthenticator = (request: IncomingMessage, nodeId: string) => Promise<AuthResult>;
@@ -46,26 +48,9 @@ export type NodeAuthenticator = (request: IncomingMessage, nodeId: string) => Pr
 /** A node id as a file name may carry it (the schema's rule for `node_id`). */
 export const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 
-const REFUSED: AuthResult = {
-  ok: false,
-  status: 401,
-  code: "unauthenticated",
-  message: "The node could not be authenticated",
-};
-
-const WRONG_NODE: AuthResult = {
-  ok: false,
-  status: 403,
-  code: "wrong_node",
-  message: "The client certificate was issued to another node",
-};
-
-const AMBIGUOUS: AuthResult = {
-  ok: false,
-  status: 403,
-  code: "ambiguous_certificate",
-  message: "The client certificate must name exactly one node (one CN)",
-};
+const REFUSED: AuthResult = { ok: false, kind: "unauthenticated" };
+const WRONG_NODE: AuthResult = { ok: false, kind: "wrong_node" };
+const AMBIGUOUS: AuthResult = { ok: false, kind: "ambiguous_certificate" };
 
 /** Mutual TLS: the peer certificate's one CN must be the node id, exactly. */
 export function certificateAuth(): NodeAuthenticator {

@@ -9,7 +9,7 @@
  */
 import { Buffer } from "node:buffer";
 import type { FileSet } from "../config/file_set.ts";
-import { type ConfigStatus, configStatus, type ConfigStore } from "../config/generations.ts";
+import { type ConfigStatus, configStatus, type ConfigStore } from "../live/generations.ts";
 import { formatPath } from "../config/problems.ts";
 
 /** One generation the hub can answer from. */

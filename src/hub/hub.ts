@@ -8,42 +8,37 @@
  * stream, each node authenticated) and `health` (loopback: status, nodes, reload). Each answers only
  * its own routes.
  *
+ * {@link startHub} reads top to bottom as the boot's steps; `listeners.ts` makes, binds and arms the
+ * listeners, `routes.ts` answers their requests, and `write_reply.ts` writes every answer — errors
+ * through the failure table the edge uses (`request/errors.ts`).
+ *
  * @module
  */
-import http from "node:http";
-import https from "node:https";
-import type { AddressInfo, Server, Socket } from "node:net";
-import { overlaps } from "../boot/distinct.ts";
+import type https from "node:https";
 import { type FileSet, hashFileSet, readFileSet, runtimeTextsOf } from "../config/file_set.ts";
-import { configStatus, ConfigStore, type OfferOutcome } from "../config/generations.ts";
+import { ConfigStore, type OfferOutcome } from "../live/generations.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
-import { ConfigError, formatPath } from "../config/problems.ts";
-import { inwardProblems } from "../edge/plan.ts";
+import { ConfigError } from "../config/problems.ts";
+import { inwardProblems } from "../proxy/inward.ts";
 import type { OwnListener } from "../egress/destinations.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
 import { Tracing } from "../observe/tracing.ts";
-import { type FolderRead, readStableFolder, runtimeReloader } from "../config/runtime_watch.ts";
+import {
+  type FolderRead,
+  readStableFolder,
+  type RuntimeReloader,
+  runtimeReloader,
+} from "../live/runtime_watch.ts";
 import { describeIoError } from "../config/yaml_file.ts";
-import { BootError } from "../edge/edge.ts";
-import { bindServer } from "../edge/listeners.ts";
+import { BootError } from "../boot/boot_error.ts";
 import { buildRegistry } from "../proxy/tenants.ts";
-import { certificateAuth, NODE_ID, type NodeAuthenticator, tokenAuth } from "./auth.ts";
+import { certificateAuth, type NodeAuthenticator, tokenAuth } from "./auth.ts";
 import type { HubConfig, HubListenerRole } from "./config.ts";
 import { ConfigFeed, sameBytes } from "./feed.ts";
+import { HubListeners, type HubRoute, type ListenerSpec, TlsRefusals } from "./listeners.ts";
+import { HubRoutes, type NodeRecord } from "./routes.ts";
 
-/** What the hub knows about one node that follows it. */
-export interface NodeRecord {
-  readonly node_id: string;
-  /** When its last poll arrived. */
-  last_seen: string;
-  /** The hash it said it had. */
-  have: string;
-  /** The generation it was last sent (or told is current). */
-  served_generation: number;
-  /** A poll of it is held right now. */
-  holding: boolean;
-  polls: number;
-}
+export type { NodeRecord } from "./routes.ts";
 
 /** A running hub. */
 export interface Hub {
@@ -58,18 +53,16 @@ export interface Hub {
   readonly finished: Promise<void>;
 }
 
-/** Refused TLS handshakes are counted always and logged at most this often. */
-const TLS_LOG_INTERVAL_MS = 60_000;
-
-interface BoundServer {
-  readonly role: HubListenerRole;
-  readonly address: ListenerAddress;
-  readonly server: Server;
-  readonly sockets: Set<Socket>;
+/** The api listener's credentials: TLS options and certificate auth, or token files. */
+interface ApiCredentials {
+  readonly authenticate: NodeAuthenticator;
+  readonly tls?: https.ServerOptions;
 }
 
 /**
- * Boots a hub.
+ * Boots a hub: the first generation, its reloader and feed, the api credentials, then the
+ * listeners (bound, proven distinct, armed) — in that order, each undoing what came before when it
+ * fails.
  *
  * @throws {ConfigError} when the runtime folder is not a valid generation
  * @throws {BootError} when a credential file cannot be read or a listener cannot bind
@@ -79,7 +72,51 @@ export async function startHub(
   options: { readonly log?: (line: string) => void } = {},
 ): Promise<Hub> {
   const log = options.log ?? ((line: string) => console.error(line));
-  // The hub makes no spans of its own, but Deno's would carry node ids and hashes in URLs.
+  const store = await loadFirstGeneration(config);
+  const feed = new ConfigFeed(store, { nodeId: config.nodeId, history: config.history });
+  const reloader = runtimeReloader(config.runtimeDir, store, {
+    watch: config.watch,
+    debounceMs: config.debounceMs,
+    log,
+    read: (dir) => readHubFolder(dir, store.current.files),
+  });
+  let credentials: ApiCredentials;
+  try {
+    credentials = await readApiCredentials(config, log);
+  } catch (error) {
+    reloader.stop();
+    throw error;
+  }
+  const refusals = new TlsRefusals(log);
+  const { authenticate, tls } = credentials;
+  const routes = new HubRoutes({ config, store, feed, reloader, authenticate, refusals });
+  const listeners = new HubListeners(listenerSpecs(config, routes, tls), {
+    timeouts: config.timeouts,
+    refusals,
+  });
+  let actual: { role: HubListenerRole; address: ListenerAddress }[];
+  try {
+    actual = await listeners.bind();
+  } catch (error) {
+    reloader.stop();
+    throw error;
+  }
+  listeners.arm();
+  for (const { role, address } of actual) {
+    const auth = role === "api" && tls ? " (mutual TLS)" : role === "api" ? " (tokens)" : "";
+    log(`portcullis: hub ${role} listening on ${formatAddress(address)}${auth}`);
+  }
+  return runningHub({ store, feed, reloader, routes, listeners, actual });
+}
+
+/**
+ * Reads, validates and stores the runtime folder as generation 1. Deno's own spans are refused
+ * first: the hub makes none, but Deno's would carry node ids and hashes in URLs.
+ *
+ * @throws {BootError} when tracing is configured
+ * @throws {ConfigError} when the folder is not a valid generation, or a tenant aims at the hub
+ */
+async function loadFirstGeneration(config: HubConfig): Promise<ConfigStore> {
   const tracing = Tracing.detect("hub");
   if (tracing.refusal) throw new BootError([tracing.refusal]);
   const first = await readStableFolder(config.runtimeDir, readHubFolder, config.debounceMs);
@@ -87,16 +124,10 @@ export async function startHub(
   const texts = first.texts;
   const built = await buildRegistry(config.runtimeDir, texts);
   if (!built.registry) throw new ConfigError(built.problems);
-  // No tenant set the hub serves may aim at the hub itself (edges check their own listeners).
-  const own: OwnListener[] = [
-    ...config.api.listen.map((address, i) => ({ address, name: `api.listen[${i}]` })),
-    ...config.health.map((address, i) => ({ address, name: `health.listen[${i}]` })),
-  ].flatMap(({ address, name }) =>
-    address.kind === "tcp" ? [{ hostname: address.hostname, port: address.port, name }] : []
-  );
+  const own = ownListeners(config);
   const inward = inwardProblems(built.registry, own);
   if (inward.length > 0) throw new ConfigError(inward);
-  const store = new ConfigStore({
+  return new ConfigStore({
     number: 1,
     hash: first.hash,
     loadedAt: Date.now(),
@@ -106,168 +137,90 @@ export async function startHub(
     texts,
     files: first.files,
   }, (registry) => inwardProblems(registry, own));
-  const feed = new ConfigFeed(store, {
-    nodeId: config.nodeId,
-    history: config.history,
-  });
-  const reloader = runtimeReloader(config.runtimeDir, store, {
-    watch: config.watch,
-    debounceMs: config.debounceMs,
-    log,
-    read: (dir) => readHubFolder(dir, store.current.files),
-  });
+}
 
-  let authenticate: NodeAuthenticator;
-  let tlsOptions: https.ServerOptions | undefined;
+/** The hub's own TCP listeners, which no tenant set it serves may aim at (edges check theirs). */
+function ownListeners(config: HubConfig): OwnListener[] {
+  return [
+    ...config.api.listen.map((address, i) => ({ address, name: `api.listen[${i}]` })),
+    ...config.health.map((address, i) => ({ address, name: `health.listen[${i}]` })),
+  ].flatMap(({ address, name }) =>
+    address.kind === "tcp" ? [{ hostname: address.hostname, port: address.port, name }] : []
+  );
+}
+
+/**
+ * Reads the api listener's credentials: with `api.tls`, its certificate, key and client CA (nodes
+ * authenticate by certificate); without, a token book over `api.tokens_dir`.
+ *
+ * @throws {BootError} when a TLS file cannot be read
+ */
+async function readApiCredentials(
+  config: HubConfig,
+  log: (line: string) => void,
+): Promise<ApiCredentials> {
   try {
-    if (config.api.tls) {
-      const { certFile, keyFile, clientCaFile } = config.api.tls;
-      tlsOptions = {
-        cert: await readNamedFile(certFile, "api.tls.cert_file", { maxBytes: 1 << 20 }),
-        key: await readNamedFile(keyFile, "api.tls.key_file", { maxBytes: 1 << 20, secret: true }),
-        ca: await readNamedFile(clientCaFile, "api.tls.client_ca_file", { maxBytes: 1 << 20 }),
-        requestCert: true,
-        rejectUnauthorized: true,
-        minVersion: "TLSv1.2",
-      };
-      authenticate = certificateAuth();
-    } else {
-      authenticate = tokenAuth(config.api.tokensDir!, { log });
-    }
+    if (!config.api.tls) return { authenticate: tokenAuth(config.api.tokensDir!, { log }) };
+    const { certFile, keyFile, clientCaFile } = config.api.tls;
+    const tls: https.ServerOptions = {
+      cert: await readNamedFile(certFile, "api.tls.cert_file", { maxBytes: 1 << 20 }),
+      key: await readNamedFile(keyFile, "api.tls.key_file", { maxBytes: 1 << 20, secret: true }),
+      ca: await readNamedFile(clientCaFile, "api.tls.client_ca_file", { maxBytes: 1 << 20 }),
+      requestCert: true,
+      rejectUnauthorized: true,
+      minVersion: "TLSv1.2",
+    };
+    return { authenticate: certificateAuth(), tls };
   } catch (error) {
-    reloader.stop();
     throw new BootError([`Cannot read the hub's TLS files: ${describeIoError(error)}`]);
   }
+}
 
-  const nodes = new Map<string, NodeRecord>();
-  let armed = false;
-  const stopping = new AbortController();
-  const status = () => ({
-    node_id: config.nodeId,
-    ...configStatus(store, (p) => formatPath(p.path)),
-    held_polls: feed.waiting,
-    tls_refused: tlsRefused,
-    nodes: [...nodes.values()],
-  });
-
-  const api = async (request: http.IncomingMessage, response: http.ServerResponse) => {
-    const url = new URL(request.url ?? "/", "http://hub");
-    if (url.pathname === "/healthz" && isRead(request)) {
-      return send(response, 200, { status: "ok" });
-    }
-    if (url.pathname !== "/v1/config/stream") return refuseRoute(response, "api");
-    if (!isRead(request)) return send(response, 405, envelope("method_not_allowed", "Use GET"));
-    const nodeId = url.searchParams.get("node_id") ?? "";
-    if (!NODE_ID.test(nodeId)) {
-      return send(response, 400, envelope("bad_node_id", "node_id must be a node id"));
-    }
-    const auth = await authenticate(request, nodeId);
-    if (!auth.ok) return send(response, auth.status, envelope(auth.code, auth.message));
-    if (config.api.nodes && !config.api.nodes.includes(nodeId)) {
-      return send(response, 403, envelope("node_not_allowed", "This node may not follow the hub"));
-    }
-    const have = url.searchParams.get("have") ?? "";
-    const hold = url.searchParams.get("wait") === "0" ? 0 : config.holdMs;
-    const record = nodes.get(nodeId) ??
-      { node_id: nodeId, last_seen: "", have: "", served_generation: 0, holding: false, polls: 0 };
-    nodes.set(nodeId, record);
-    Object.assign(record, { last_seen: new Date().toISOString(), have, holding: true });
-    record.polls++;
-    const gone = new AbortController();
-    const onClose = () => gone.abort();
-    response.once("close", onClose);
-    const answer = await feed.answer(have, hold, AbortSignal.any([gone.signal, stopping.signal]));
-    response.off("close", onClose);
-    record.holding = false;
-    record.served_generation = answer.generation;
-    if (!gone.signal.aborted) send(response, 200, answer);
-  };
-
-  const health = async (request: http.IncomingMessage, response: http.ServerResponse) => {
-    const path = new URL(request.url ?? "/", "http://hub").pathname;
-    if (path === "/healthz" && isRead(request)) return send(response, 200, { status: "ok" });
-    if (path === "/v1/config" && isRead(request)) return send(response, 200, status());
-    if (path === "/v1/nodes" && isRead(request)) {
-      return send(response, 200, { nodes: [...nodes.values()] });
-    }
-    if (path === "/v1/config/reload" && request.method === "POST") {
-      const outcome = await reloader.reload();
-      return send(response, outcome.outcome === "rejected" ? 422 : 200, {
-        outcome: outcome.outcome,
-        ...status(),
-      });
-    }
-    return refuseRoute(response, "health");
-  };
-
-  const servers: BoundServer[] = [
-    ...config.api.listen.map((address) => makeServer("api", address, api, config, tlsOptions)),
-    ...config.health.map((address) => makeServer("health", address, health, config)),
+/**
+ * The listeners to make, in the order they bind: every api address (with TLS when set), then every
+ * health address.
+ */
+function listenerSpecs(
+  config: HubConfig,
+  routes: HubRoutes,
+  tls: https.ServerOptions | undefined,
+): ListenerSpec[] {
+  const api: HubRoute = (request, response, id) => routes.api(request, response, id);
+  const health: HubRoute = (request, response, id) => routes.health(request, response, id);
+  return [
+    ...config.api.listen.map((address) => ({ role: "api" as const, address, route: api, tls })),
+    ...config.health.map((address) => ({ role: "health" as const, address, route: health })),
   ];
-  let tlsRefused = 0;
-  let tlsLoggedAt = -Infinity;
-  for (const bound of servers) {
-    bound.server.on("tlsClientError", (error: Error, socket: Socket) => {
-      tlsRefused++;
-      if (Date.now() - tlsLoggedAt < TLS_LOG_INTERVAL_MS) return;
-      tlsLoggedAt = Date.now();
-      log(
-        `portcullis: hub api: TLS handshake from ${socket.remoteAddress} refused: ` +
-          `${error.message} (${tlsRefused} since start; logged at most once a minute)`,
-      );
-    });
-    bound.server.on("connection", (socket: Socket) => {
-      if (!armed) return socket.destroy();
-      bound.sockets.add(socket);
-      socket.once("close", () => bound.sockets.delete(socket));
-    });
-  }
-  const listening: BoundServer[] = [];
-  const closeAll = () => Promise.all(listening.map(closeServer));
-  try {
-    for (const bound of servers) {
-      const what = `Cannot bind the hub ${bound.role} listener on ${formatAddress(bound.address)}`;
-      await bindServer(bound.server, bound.address, what);
-      listening.push(bound);
-    }
-  } catch (error) {
-    await closeAll();
-    reloader.stop();
-    throw new BootError([(error as Error).message]);
-  }
-  const actual = listening.map((bound) => ({ role: bound.role, address: actualAddress(bound) }));
-  const clash = actual.flatMap((a, i) =>
-    actual.slice(i + 1).filter((b) => overlaps(a.address, b.address)).map((b) =>
-      `The ${a.role} listener ${formatAddress(a.address)} overlaps the ${b.role} listener ` +
-      formatAddress(b.address)
-    )
-  );
-  if (clash.length > 0) {
-    await closeAll();
-    reloader.stop();
-    throw new BootError(clash);
-  }
-  armed = true;
-  for (const { role, address } of actual) {
-    const tls = role === "api" && tlsOptions ? " (mutual TLS)" : role === "api" ? " (tokens)" : "";
-    log(`portcullis: hub ${role} listening on ${formatAddress(address)}${tls}`);
-  }
+}
 
+/**
+ * The {@link Hub} a boot hands back. Closing stops the reloader, releases held polls, closes the
+ * feed, then the listeners; `finished` resolves after.
+ */
+function runningHub(parts: {
+  readonly store: ConfigStore;
+  readonly feed: ConfigFeed;
+  readonly reloader: RuntimeReloader;
+  readonly routes: HubRoutes;
+  readonly listeners: HubListeners;
+  readonly actual: readonly { role: HubListenerRole; address: ListenerAddress }[];
+}): Hub {
+  const { store, feed, reloader, routes, listeners, actual } = parts;
   let resolveFinished!: () => void;
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
   let closing: Promise<void> | undefined;
   return {
     store,
     feed,
-    nodes,
+    nodes: routes.nodes,
     listeners: actual.map(({ role, address }) => ({ role, address: formatAddress(address) })),
     reload: () => reloader.reload(),
     close() {
       closing ??= (async () => {
         reloader.stop();
-        stopping.abort();
+        routes.stop();
         feed.close();
-        await closeAll();
+        await listeners.close();
         resolveFinished();
       })();
       return closing;
@@ -299,71 +252,4 @@ function shareUnchanged(files: Map<string, Uint8Array>, live: FileSet | undefine
     if (before && sameBytes(before, data)) files.set(name, before);
   }
   return files;
-}
-
-function makeServer(
-  role: HubListenerRole,
-  address: ListenerAddress,
-  handler: (request: http.IncomingMessage, response: http.ServerResponse) => Promise<void>,
-  config: HubConfig,
-  tls?: https.ServerOptions,
-): BoundServer {
-  const onRequest = (request: http.IncomingMessage, response: http.ServerResponse) => {
-    handler(request, response).catch((error) => {
-      if (!response.headersSent) {
-        send(response, 500, envelope("internal", "The hub could not answer"));
-      } else response.destroy();
-      console.error(`portcullis: hub ${role} request failed: ${error}`);
-    });
-  };
-  const server = tls ? https.createServer(tls, onRequest) : http.createServer(onRequest);
-  server.headersTimeout = config.timeouts.headerMs;
-  server.requestTimeout = config.timeouts.headerMs;
-  server.keepAliveTimeout = config.timeouts.idleMs;
-  server.maxHeadersCount = 100;
-  return { role, address, server, sockets: new Set() };
-}
-
-function actualAddress(bound: BoundServer): ListenerAddress {
-  const info = bound.server.address();
-  if (bound.address.kind === "unix" || info === null || typeof info === "string") {
-    return bound.address;
-  }
-  return { kind: "tcp", hostname: (info as AddressInfo).address, port: (info as AddressInfo).port };
-}
-
-function closeServer(bound: BoundServer): Promise<void> {
-  return new Promise((resolve) => {
-    bound.server.close(async () => {
-      if (bound.address.kind === "unix") await Deno.remove(bound.address.path).catch(() => {});
-      resolve();
-    });
-    for (const socket of bound.sockets) socket.destroy();
-  });
-}
-
-function isRead(request: http.IncomingMessage): boolean {
-  return request.method === "GET" || request.method === "HEAD";
-}
-
-function envelope(code: string, message: string): { error: { code: string; message: string } } {
-  return { error: { code, message } };
-}
-
-function refuseRoute(response: http.ServerResponse, role: HubListenerRole): void {
-  send(
-    response,
-    404,
-    envelope("route_not_allowed", `This route is not served on the hub's ${role} listener`),
-  );
-}
-
-function send(response: http.ServerResponse, status: number, value: unknown): void {
-  const body = JSON.stringify(value);
-  response.writeHead(status, {
-    "content-type": "application/json",
-    "content-length": String(new TextEncoder().encode(body).byteLength),
-    "cache-control": "no-store",
-  });
-  response.end(body);
 }

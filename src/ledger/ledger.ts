@@ -9,8 +9,8 @@
  *
  * @module
  */
-import { laneIndex, type LaneName } from "./lane.ts";
-import { C, G, LedgerMemory } from "./memory.ts";
+import { laneIndex, type LaneName } from "./lane_names.ts";
+import { COUNTER_INDEX, G, LedgerMemory } from "./memory.ts";
 import type { Overload, OverloadKind } from "./overload.ts";
 import type { Profile } from "./profile.ts";
 import { type CompiledRate, compileRate, spendConnectionToken, spendToken } from "./rate_budget.ts";
@@ -133,10 +133,13 @@ export class Ledger implements ReservationOwner {
         return this.#refuse(index, "byte_budget");
       }
     }
-    memory.add(fromReserve ? C.heldReserve(index) : C.heldGeneral(index), 1);
+    memory.add(
+      fromReserve ? COUNTER_INDEX.heldReserve(index) : COUNTER_INDEX.heldGeneral(index),
+      1,
+    );
     const inUse = Atomics.add(memory.gauges, G.inUse, 1) + 1;
     memory.raise(G.highWater, inUse);
-    memory.bump(C.admitted(index));
+    memory.bump(COUNTER_INDEX.admitted(index));
     if (connection) connection.active++;
     return new Reservation(this, lane, index, fromReserve, now + profile.deadlineMs, connection);
   }
@@ -145,7 +148,10 @@ export class Ledger implements ReservationOwner {
   settle(ticket: Reservation, completed: boolean): void {
     const memory = this.memory;
     const index = ticket.laneIndex;
-    memory.add(ticket.fromReserve ? C.heldReserve(index) : C.heldGeneral(index), -1);
+    memory.add(
+      ticket.fromReserve ? COUNTER_INDEX.heldReserve(index) : COUNTER_INDEX.heldGeneral(index),
+      -1,
+    );
     if (ticket.fromReserve) {
       memory.give(G.reserveUsed(index), 1);
     } else {
@@ -154,7 +160,7 @@ export class Ledger implements ReservationOwner {
       memory.give(G.generalUsed(index), 1);
     }
     memory.give(G.inUse, 1);
-    memory.bump(completed ? C.completed : C.cancelled);
+    memory.bump(completed ? COUNTER_INDEX.completed : COUNTER_INDEX.cancelled);
     const connection = ticket.connection;
     if (connection) {
       connection.active--;
@@ -164,7 +170,7 @@ export class Ledger implements ReservationOwner {
 
   /** Counts a release of an already released reservation (a no-op otherwise). */
   countDoubleRelease(): void {
-    this.memory.bump(C.doubleRelease);
+    this.memory.bump(COUNTER_INDEX.doubleRelease);
   }
 
   /**
@@ -172,7 +178,9 @@ export class Ledger implements ReservationOwner {
    * `deadline_exceeded` overload on its lane.
    */
   expire(ticket: Reservation): Overload {
-    if (ticket.cancel()) this.memory.bump(C.overload(ticket.laneIndex, "deadline_exceeded"));
+    if (ticket.cancel()) {
+      this.memory.bump(COUNTER_INDEX.overload(ticket.laneIndex, "deadline_exceeded"));
+    }
     return { overload: "deadline_exceeded" };
   }
 
@@ -204,13 +212,13 @@ export class Ledger implements ReservationOwner {
     if (profile.priorityReserve === 0 || !ticket.live) return false;
     if (this.inUse(ticket.lane) <= profile.maxSlots - profile.priorityReserve) return false;
     ticket.cancel();
-    this.memory.bump(C.overload(ticket.laneIndex, "priority_shed"));
+    this.memory.bump(COUNTER_INDEX.overload(ticket.laneIndex, "priority_shed"));
     return true;
   }
 
   /** Counts a request denied by its lane's route allowlist. */
   denyRoute(lane: LaneName): void {
-    this.memory.bump(C.deniedRoute(laneIndex(lane)));
+    this.memory.bump(COUNTER_INDEX.deniedRoute(laneIndex(lane)));
   }
 
   /**
@@ -222,18 +230,18 @@ export class Ledger implements ReservationOwner {
   openConnection(lane: LaneName): boolean {
     const index = laneIndex(lane);
     if (this.memory.tryTake(G.connections(index), 1, this.profile.lanes[index].maxConnections)) {
-      this.memory.add(C.heldConnections(index), 1);
-      this.memory.bump(C.connectionsAccepted(index));
+      this.memory.add(COUNTER_INDEX.heldConnections(index), 1);
+      this.memory.bump(COUNTER_INDEX.connectionsAccepted(index));
       return true;
     }
-    this.memory.bump(C.connectionsRefused(index));
+    this.memory.bump(COUNTER_INDEX.connectionsRefused(index));
     return false;
   }
 
   /** Returns a connection's place under its lane's ceiling. */
   closeConnection(lane: LaneName): void {
     const index = laneIndex(lane);
-    this.memory.add(C.heldConnections(index), -1);
+    this.memory.add(COUNTER_INDEX.heldConnections(index), -1);
     this.memory.give(G.connections(index), 1);
   }
 
@@ -248,9 +256,9 @@ export class Ledger implements ReservationOwner {
     let requests = 0;
     let connections = 0;
     this.profile.lanes.forEach((profile, index) => {
-      const reserve = memory.read(stripe, C.heldReserve(index));
-      const general = memory.read(stripe, C.heldGeneral(index));
-      const open = memory.read(stripe, C.heldConnections(index));
+      const reserve = memory.read(stripe, COUNTER_INDEX.heldReserve(index));
+      const general = memory.read(stripe, COUNTER_INDEX.heldGeneral(index));
+      const open = memory.read(stripe, COUNTER_INDEX.heldConnections(index));
       if (reserve > 0) memory.give(G.reserveUsed(index), reserve);
       if (general > 0) {
         memory.give(G.generalBytes, general * profile.footprint);
@@ -258,7 +266,13 @@ export class Ledger implements ReservationOwner {
         memory.give(G.generalUsed(index), general);
       }
       if (open > 0) memory.give(G.connections(index), open);
-      for (const entry of [C.heldReserve(index), C.heldGeneral(index), C.heldConnections(index)]) {
+      for (
+        const entry of [
+          COUNTER_INDEX.heldReserve(index),
+          COUNTER_INDEX.heldGeneral(index),
+          COUNTER_INDEX.heldConnections(index),
+        ]
+      ) {
         memory.write(stripe, entry, 0);
       }
       requests += Math.max(0, reserve) + Math.max(0, general);
@@ -266,13 +280,13 @@ export class Ledger implements ReservationOwner {
     });
     if (requests > 0) {
       memory.give(G.inUse, requests);
-      memory.add(C.cancelled, requests);
+      memory.add(COUNTER_INDEX.cancelled, requests);
     }
     return { requests, connections };
   }
 
   #refuse(index: number, kind: OverloadKind, retryAfterMs?: number): Overload {
-    this.memory.bump(C.overload(index, kind));
+    this.memory.bump(COUNTER_INDEX.overload(index, kind));
     return retryAfterMs === undefined ? { overload: kind } : { overload: kind, retryAfterMs };
   }
 }

@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { LANE_NAMES } from "./lane.ts";
+import { LANE_NAMES } from "./lane_names.ts";
 import { OVERLOAD_KINDS, type OverloadKind } from "./overload.ts";
 
 const LANE_COUNT = LANE_NAMES.length;
@@ -32,39 +32,39 @@ export const G = {
 } as const;
 
 /** Per lane: admitted, denied route, connections accepted and refused, overloads, then holdings. */
-const C_LANE_STRIDE = 4 + OVERLOAD_KINDS.length + 3;
-const C_HELD = 4 + OVERLOAD_KINDS.length;
-const C_GLOBAL = LANE_COUNT * C_LANE_STRIDE;
-/** Counter indices within one stripe. */
-export const C = {
-  admitted: (lane: number) => lane * C_LANE_STRIDE,
-  deniedRoute: (lane: number) => lane * C_LANE_STRIDE + 1,
-  connectionsAccepted: (lane: number) => lane * C_LANE_STRIDE + 2,
-  connectionsRefused: (lane: number) => lane * C_LANE_STRIDE + 3,
+const COUNTER_LANE_STRIDE = 4 + OVERLOAD_KINDS.length + 3;
+const COUNTER_HELD = 4 + OVERLOAD_KINDS.length;
+const COUNTER_GLOBAL = LANE_COUNT * COUNTER_LANE_STRIDE;
+/** Where each entry sits in one worker's counter stripe; `size` is the stripe's length. */
+export const COUNTER_INDEX = {
+  admitted: (lane: number) => lane * COUNTER_LANE_STRIDE,
+  deniedRoute: (lane: number) => lane * COUNTER_LANE_STRIDE + 1,
+  connectionsAccepted: (lane: number) => lane * COUNTER_LANE_STRIDE + 2,
+  connectionsRefused: (lane: number) => lane * COUNTER_LANE_STRIDE + 3,
   overload: (lane: number, kind: OverloadKind) =>
-    lane * C_LANE_STRIDE + 4 + OVERLOAD_KINDS.indexOf(kind),
+    lane * COUNTER_LANE_STRIDE + 4 + OVERLOAD_KINDS.indexOf(kind),
   /** What this worker holds right now (a gauge kept in its own stripe, for reclaiming). */
-  heldReserve: (lane: number) => lane * C_LANE_STRIDE + C_HELD,
-  heldGeneral: (lane: number) => lane * C_LANE_STRIDE + C_HELD + 1,
-  heldConnections: (lane: number) => lane * C_LANE_STRIDE + C_HELD + 2,
-  completed: C_GLOBAL,
-  cancelled: C_GLOBAL + 1,
-  doubleRelease: C_GLOBAL + 2,
+  heldReserve: (lane: number) => lane * COUNTER_LANE_STRIDE + COUNTER_HELD,
+  heldGeneral: (lane: number) => lane * COUNTER_LANE_STRIDE + COUNTER_HELD + 1,
+  heldConnections: (lane: number) => lane * COUNTER_LANE_STRIDE + COUNTER_HELD + 2,
+  completed: COUNTER_GLOBAL,
+  cancelled: COUNTER_GLOBAL + 1,
+  doubleRelease: COUNTER_GLOBAL + 2,
   /**
    * What this worker reports about its sockets and descriptors, once a second (gauges kept in
    * its own stripe; readers sum them): upstream sockets by state, and descriptor exhaustion.
    */
-  upstreamActive: C_GLOBAL + 3,
-  upstreamIdle: C_GLOBAL + 4,
-  upstreamConnecting: C_GLOBAL + 5,
-  tunnels: C_GLOBAL + 6,
-  descriptorsExhausted: C_GLOBAL + 7,
-  descriptorExhaustions: C_GLOBAL + 8,
-  listenerRearms: C_GLOBAL + 9,
+  upstreamActive: COUNTER_GLOBAL + 3,
+  upstreamIdle: COUNTER_GLOBAL + 4,
+  upstreamConnecting: COUNTER_GLOBAL + 5,
+  tunnels: COUNTER_GLOBAL + 6,
+  descriptorsExhausted: COUNTER_GLOBAL + 7,
+  descriptorExhaustions: COUNTER_GLOBAL + 8,
+  listenerRearms: COUNTER_GLOBAL + 9,
   /** This isolate's V8 heap in use and allocated, in bytes (reported with the sockets). */
-  heapUsed: C_GLOBAL + 10,
-  heapTotal: C_GLOBAL + 11,
-  size: C_GLOBAL + 12,
+  heapUsed: COUNTER_GLOBAL + 10,
+  heapTotal: COUNTER_GLOBAL + 11,
+  size: COUNTER_GLOBAL + 12,
 } as const;
 
 /** The buffers behind one ledger; hand them to another worker to share the ledger. */
@@ -95,7 +95,7 @@ export class LedgerMemory {
     this.gauges = new Int32Array(buffers.gauges);
     this.counters = new Float64Array(buffers.counters);
     this.rate = new BigInt64Array(buffers.rate);
-    this.stripe = stripe * C.size;
+    this.stripe = stripe * COUNTER_INDEX.size;
   }
 
   /**
@@ -108,7 +108,7 @@ export class LedgerMemory {
     const alloc = (bytes: number) => shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes);
     return new LedgerMemory({
       gauges: alloc(G.size * 4),
-      counters: alloc(C.size * 8 * stripes),
+      counters: alloc(COUNTER_INDEX.size * 8 * stripes),
       rate: alloc(LANE_COUNT * 8),
       stripes,
     }, 0);
@@ -136,18 +136,18 @@ export class LedgerMemory {
 
   /** An entry of stripe `stripe`. */
   read(stripe: number, index: number): number {
-    return this.counters[stripe * C.size + index];
+    return this.counters[stripe * COUNTER_INDEX.size + index];
   }
 
   /** Sets an entry of stripe `stripe` (reclaiming a stopped worker's holdings). */
   write(stripe: number, index: number, value: number): void {
-    this.counters[stripe * C.size + index] = value;
+    this.counters[stripe * COUNTER_INDEX.size + index] = value;
   }
 
   /** The sum of a counter over every stripe. */
   total(index: number): number {
     let sum = 0;
-    for (let offset = 0; offset < this.counters.length; offset += C.size) {
+    for (let offset = 0; offset < this.counters.length; offset += COUNTER_INDEX.size) {
       sum += this.counters[offset + index];
     }
     return sum;
@@ -156,7 +156,7 @@ export class LedgerMemory {
   /** A counter as each stripe (each worker) counted it. */
   perStripe(index: number): number[] {
     const out: number[] = [];
-    for (let offset = 0; offset < this.counters.length; offset += C.size) {
+    for (let offset = 0; offset < this.counters.length; offset += COUNTER_INDEX.size) {
       out.push(this.counters[offset + index]);
     }
     return out;

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { LANE_NAMES, type LaneName } from "./lane.ts";
+import { LANE_NAMES, type LaneName } from "./lane_names.ts";
 
 /** A lane's token-bucket rate budget: `burst` back to back, then `per_second`. */
 export interface RateBudget {

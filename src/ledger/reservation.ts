@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { LaneName } from "./lane.ts";
+import type { LaneName } from "./lane_names.ts";
 
 /** The connection a reservation counts against (see `ConnectionBudget` in ledger.ts). */
 export interface ConnectionHold {

@@ -3,9 +3,9 @@
  *
  * @module
  */
-import { LANE_NAMES, type LaneName } from "./lane.ts";
+import { LANE_NAMES, type LaneName } from "./lane_names.ts";
 import type { Ledger } from "./ledger.ts";
-import { C, G } from "./memory.ts";
+import { COUNTER_INDEX, G } from "./memory.ts";
 import { OVERLOAD_KINDS, type OverloadKind } from "./overload.ts";
 import type { Reservation } from "./reservation.ts";
 
@@ -67,11 +67,13 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
     const profile = ledger.profile.lanes[index];
     const mine = self?.laneIndex === index ? 1 : 0;
     const overload = {} as Record<OverloadKind, number>;
-    for (const kind of OVERLOAD_KINDS) overload[kind] = memory.total(C.overload(index, kind));
+    for (const kind of OVERLOAD_KINDS) {
+      overload[kind] = memory.total(COUNTER_INDEX.overload(index, kind));
+    }
     const reserveInUse = memory.gauge(G.reserveUsed(index)) - (mine && self!.fromReserve ? 1 : 0);
     const inUse = reserveInUse + memory.gauge(G.generalUsed(index)) -
       (mine && !self!.fromReserve ? 1 : 0);
-    const laneAdmitted = memory.total(C.admitted(index)) - mine;
+    const laneAdmitted = memory.total(COUNTER_INDEX.admitted(index)) - mine;
     admitted += laneAdmitted;
     bytesInUse += memory.gauge(G.reserveUsed(index)) * profile.footprint;
     lanes[name] = {
@@ -85,19 +87,19 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
       in_use: inUse,
       reserve_in_use: reserveInUse,
       admitted: laneAdmitted,
-      denied_route: memory.total(C.deniedRoute(index)),
+      denied_route: memory.total(COUNTER_INDEX.deniedRoute(index)),
       overload,
       connections: memory.gauge(G.connections(index)),
       max_connections: profile.maxConnections,
-      connections_accepted: memory.total(C.connectionsAccepted(index)),
-      connections_refused: memory.total(C.connectionsRefused(index)),
+      connections_accepted: memory.total(COUNTER_INDEX.connectionsAccepted(index)),
+      connections_refused: memory.total(COUNTER_INDEX.connectionsRefused(index)),
     };
   });
   if (self) {
     bytesInUse -= ledger.profile.lanes[self.laneIndex].footprint;
   }
-  const completed = memory.total(C.completed);
-  const cancelled = memory.total(C.cancelled);
+  const completed = memory.total(COUNTER_INDEX.completed);
+  const cancelled = memory.total(COUNTER_INDEX.cancelled);
   const outstanding = memory.gauge(G.inUse) - (self ? 1 : 0);
   return {
     lanes,
@@ -111,7 +113,7 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
     completed,
     cancelled,
     outstanding,
-    double_release: memory.total(C.doubleRelease),
+    double_release: memory.total(COUNTER_INDEX.doubleRelease),
     high_water_slots: memory.gauge(G.highWater),
     release_balanced: completed + cancelled === admitted && outstanding === 0,
     excludes_observer: self !== undefined,

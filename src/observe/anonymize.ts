@@ -5,13 +5,13 @@
  * an IPv4-mapped IPv6 address (RFC 4291 §2.5.5.2) is the IPv4 address it carries. Anything that is
  * not an address becomes "-", so a malformed or hostile value is never echoed into a log.
  *
- * Parsing reuses the trusted-proxy parser in `src/proxy/cidr.ts` rather than `node:net`'s `isIP`
+ * Parsing reuses the trusted-proxy parser in `src/request/cidr.ts` rather than `node:net`'s `isIP`
  * plus a second hand-written IPv6 expander: the log then agrees exactly with the forwarded headers
  * on what an address is (brackets, zone ids, mapped forms, no octal quads).
  *
  * @module
  */
-import { canonicalAddress, parseCidr } from "../proxy/cidr.ts";
+import { canonicalAddress, parseCidr } from "../request/cidr.ts";
 
 /** What an address that cannot be parsed is logged as. */
 export const NO_ADDRESS = "-";

@@ -2,14 +2,17 @@
  * Prometheus text exposition of the ledger and the lane counters. Counts, gauges and states only:
  * never payload bytes, client addresses or plain tenant hosts.
  *
+ * Each `…Families` function below reads one group of families from its input, as data
+ * ({@link Family}); {@link renderMetrics} lists the groups in page order and `expose` writes them.
+ *
  * @module
  */
-import { LANE_NAMES } from "../ledger/lane.ts";
+import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
 import { OVERLOAD_KINDS } from "../ledger/overload.ts";
 import type { LedgerSnapshot } from "../ledger/snapshot.ts";
 import type { EgressSnapshot } from "../egress/egress.ts";
-import type { PolicyStats } from "../policy/stats.ts";
-import { CUT_REASONS, type ResponseStats, STATUS_CLASSES } from "./stats.ts";
+import type { PolicyStats } from "../policy/policy_stats.ts";
+import { CUT_REASONS, type ResponseStats, STATUS_CLASSES } from "./response_stats.ts";
 import { BUCKETS, type RequestMetrics } from "./request_metrics.ts";
 
 /** Edge-level facts rendered beside the ledger. */
@@ -61,14 +64,27 @@ export interface ObserveFacts {
   readonly certificates: readonly { readonly label: string; readonly notAfter: number }[];
 }
 
+/** A sample line after the family's name: an optional suffix (`_bucket`), the labels, the value. */
+type Sample = readonly [rest: string, value: number];
+
+/** One metric family: its name after `portcullis_`, its type and help, and its samples in order. */
+interface Family {
+  readonly name: string;
+  readonly type: "counter" | "gauge" | "histogram";
+  readonly help: string;
+  readonly samples: readonly Sample[];
+}
+
 /**
- * Renders the metrics page.
+ * Renders the metrics page: the families of each part below, in this order.
  *
  * @param ledger a ledger snapshot
  * @param stats the response counters
  * @param egress the egress pool state
  * @param facts version and lifecycle state
  * @param policy the policy counters
+ * @param observe the per-request series, config generation and certificates (left out if absent)
+ * @returns the page in the Prometheus text format
  */
 export function renderMetrics(
   ledger: LedgerSnapshot,
@@ -78,367 +94,415 @@ export function renderMetrics(
   policy: PolicyFacts,
   observe?: ObserveFacts,
 ): string {
-  const out: string[] = [];
-  const family = (
-    name: string,
-    type: "counter" | "gauge",
-    help: string,
-    rows: [string, number][],
-  ) => {
-    out.push(`# HELP portcullis_${name} ${help}`, `# TYPE portcullis_${name} ${type}`);
-    for (const [labels, value] of rows) out.push(`portcullis_${name}${labels} ${value}`);
-  };
-  const perLane = (pick: (lane: (typeof LANE_NAMES)[number]) => number): [string, number][] =>
-    LANE_NAMES.map((lane) => [`{lane="${lane}"}`, pick(lane)]);
-
-  family("build_info", "gauge", "Version of the running gateway.", [[
-    `{version="${facts.version}"}`,
-    1,
-  ]]);
-  family("ready", "gauge", "1 when every lane is bound and accepting.", [[
-    "",
-    facts.ready ? 1 : 0,
-  ]]);
-  family("draining", "gauge", "1 while the gateway drains.", [["", facts.draining ? 1 : 0]]);
-  family("uptime_seconds", "gauge", "Seconds since start.", [[
-    "",
-    Math.floor(facts.uptimeSeconds),
-  ]]);
-  family(
-    "lane_enabled",
-    "gauge",
-    "1 when the lane has a listener.",
-    perLane((l) => ledger.lanes[l].enabled ? 1 : 0),
-  );
-  family(
-    "ledger_admitted_total",
-    "counter",
-    "Requests admitted.",
-    perLane((l) => ledger.lanes[l].admitted),
-  );
-  family(
-    "ledger_overload_total",
-    "counter",
-    "Requests refused with a typed overload.",
-    LANE_NAMES.flatMap((lane) =>
-      OVERLOAD_KINDS.map((kind): [string, number] => [
-        `{lane="${lane}",kind="${kind}"}`,
-        ledger.lanes[lane].overload[kind],
-      ])
+  return expose([
+    ...lifecycleFamilies(facts),
+    ...ledgerFamilies(ledger),
+    ...reservationFamilies(ledger),
+    ...connectionFamilies(ledger),
+    ...responseFamilies(stats),
+    ...egressInstanceFamilies(egress),
+    ...egressPoolFamilies(egress),
+    ...processFamilies(facts.sockets),
+    // Out of the egress group: the page has always had it here, and its text is kept byte for byte.
+    counter(
+      "egress_retry_budget_refusals_total",
+      "Retries the rolling budget refused.",
+      only(egress.retry_budget_refusals),
     ),
-  );
-  family(
-    "ledger_denied_route_total",
-    "counter",
-    "Requests outside the lane's routes.",
-    perLane((l) => ledger.lanes[l].denied_route),
-  );
-  family("ledger_in_use", "gauge", "Slots held per lane.", perLane((l) => ledger.lanes[l].in_use));
-  family(
-    "ledger_reserve",
-    "gauge",
-    "Private reserve per lane.",
-    perLane((l) => ledger.lanes[l].reserve),
-  );
-  family("ledger_completed_total", "counter", "Reservations released as served.", [[
-    "",
-    ledger.completed,
-  ]]);
-  family("ledger_cancelled_total", "counter", "Reservations released as not served.", [[
-    "",
-    ledger.cancelled,
-  ]]);
-  family("ledger_double_release_total", "counter", "Releases of already released reservations.", [[
-    "",
-    ledger.double_release,
-  ]]);
-  family("ledger_outstanding", "gauge", "Reservations not yet released.", [[
-    "",
-    ledger.outstanding,
-  ]]);
-  family("ledger_high_water_slots", "gauge", "Most slots ever held at once.", [[
-    "",
-    ledger.high_water_slots,
-  ]]);
-  family("ledger_application_slots", "gauge", "Process-wide slot ceiling.", [[
-    "",
-    ledger.application_slots,
-  ]]);
-  family("ledger_general_pool", "gauge", "Slots not reserved to a lane.", [[
-    "",
-    ledger.general_pool,
-  ]]);
-  family("ledger_bytes_in_use", "gauge", "In-flight bytes held.", [["", ledger.bytes_in_use]]);
-  family("ledger_inflight_bytes", "gauge", "Shared in-flight byte budget.", [[
-    "",
-    ledger.inflight_bytes,
-  ]]);
-  family(
-    "lane_connections",
-    "gauge",
-    "Open connections per lane.",
-    perLane((l) => ledger.lanes[l].connections),
-  );
-  family(
-    "lane_connections_refused_total",
-    "counter",
-    "Connections closed at the lane's ceiling.",
-    perLane((l) => ledger.lanes[l].connections_refused),
-  );
-  family(
-    "responses_total",
-    "counter",
-    "Responses per lane and status class.",
-    LANE_NAMES.flatMap((lane) => {
-      const read = stats.read(lane);
-      return STATUS_CLASSES.map((cls): [string, number] => [
-        `{lane="${lane}",class="${cls}"}`,
-        read.responses[cls],
-      ]);
-    }),
-  );
-  family(
-    "responses_withheld_total",
-    "counter",
-    "Requests answered by dropping or holding the connection.",
-    perLane((l) => stats.read(l).withheld),
-  );
-  family(
-    "protocol_errors_total",
-    "counter",
-    "Malformed or timed-out request heads.",
-    perLane((l) => stats.read(l).protocol_errors),
-  );
-  family(
-    "responses_cut_total",
-    "counter",
-    "Replies cut off after they started: the client did not take them (send_timeout) or a tunnel idled out (tunnel_idle).",
-    LANE_NAMES.flatMap((lane) => {
-      const read = stats.read(lane);
-      return CUT_REASONS.map((reason): [string, number] => [
-        `{lane="${lane}",reason="${reason}"}`,
-        read.cut[reason],
-      ]);
-    }),
-  );
-  family(
-    "pipelined_abandoned_total",
-    "counter",
-    "Pipelined requests dropped unserved because their client closed the connection.",
-    perLane((l) => stats.read(l).abandoned),
-  );
-  const perInstance = (
-    pick: (i: EgressSnapshot["instances"][number]) => number,
-  ): [string, number][] =>
-    egress.instances.map((instance) => [`{instance="${instance.address}"}`, pick(instance)]);
-  family(
-    "egress_instance_open",
-    "gauge",
-    "1 when the SOCKS instance's breaker is not closed.",
-    perInstance((i) => i.state === "closed" ? 0 : 1),
-  );
-  family(
-    "egress_instance_active",
-    "gauge",
-    "Attempts in flight per SOCKS instance.",
-    perInstance((i) => i.active),
-  );
-  family(
-    "egress_instance_latency_ms",
-    "gauge",
-    "Smoothed time to response headers per SOCKS instance.",
-    perInstance((i) => Math.round(i.latency_ms)),
-  );
-  family(
-    "egress_instance_error_rate",
-    "gauge",
-    "Failure share in the breaker window per SOCKS instance.",
-    perInstance((i) => i.error_rate),
-  );
-  family(
-    "egress_instance_requests_total",
-    "counter",
-    "Attempts per SOCKS instance.",
-    perInstance((i) => i.requests),
-  );
-  family(
-    "egress_instance_failures_total",
-    "counter",
-    "Failed attempts per SOCKS instance.",
-    perInstance((i) => i.failures),
-  );
-  family(
-    "egress_instance_opens_total",
-    "counter",
-    "Times the breaker opened per SOCKS instance.",
-    perInstance((i) => i.opens),
-  );
-  family("egress_cold_backends", "gauge", "Backends in the negative cache.", [[
-    "",
-    egress.cold_backends.length,
-  ]]);
-  family("egress_retries_total", "counter", "Retries sent.", [["", egress.retries]]);
-  family("egress_probes_total", "counter", "Half-open probes (SOCKS greetings) sent.", [[
-    "",
-    egress.probes,
-  ]]);
-  family("egress_probe_failures_total", "counter", "Half-open probes that failed.", [[
-    "",
-    egress.failed_probes,
-  ]]);
-  const sockets = facts.sockets;
-  if (sockets) {
-    const upstream = sockets.connections.upstream;
-    family(
-      "upstream_sockets",
-      "gauge",
-      "Upstream sockets by state: carrying a request, pooled idle, connecting, raw tunnel.",
-      [
-        ['{state="active"}', upstream.active],
-        ['{state="idle"}', upstream.idle],
-        ['{state="connecting"}', upstream.connecting],
-        ['{state="tunnel"}', upstream.tunnels],
-      ],
-    );
-    const fds = sockets.descriptors;
-    if (fds.limit !== null) {
-      family("descriptors_limit", "gauge", "The open-file limit measured at boot.", [[
-        "",
-        fds.limit,
-      ]]);
-    }
-    family("descriptors_exhausted", "gauge", "1 while file descriptors are exhausted.", [[
-      "",
-      fds.exhausted ? 1 : 0,
-    ]]);
-    family(
-      "descriptor_exhaustions_total",
-      "counter",
-      "Times file descriptors ran out (EMFILE).",
-      [["", fds.exhaustions]],
-    );
-    family(
-      "listener_rearms_total",
-      "counter",
-      "Listeners re-armed after descriptor exhaustion.",
-      [["", fds.listener_rearms]],
-    );
-    if (sockets.heap) {
-      const { used, total } = sockets.heap;
-      const perIsolate = (values: readonly number[]) =>
-        values.map((bytes, isolate): [string, number] => [`{isolate="${isolate}"}`, bytes]);
-      family(
-        "isolate_heap_used_bytes",
-        "gauge",
-        "V8 heap in use per isolate (0 serves the protected lanes), reported once a second.",
-        perIsolate(used),
-      );
-      family(
-        "isolate_heap_total_bytes",
-        "gauge",
-        "V8 heap allocated per isolate, reported once a second.",
-        perIsolate(total),
-      );
-    }
+    ...policyFamilies(policy),
+    ...(observe ? [...requestFamilies(observe), ...configFamilies(observe)] : []),
+  ]);
+}
+
+/** The exposition text of `families`: per family a HELP and a TYPE line, then its samples. */
+function expose(families: readonly Family[]): string {
+  const lines: string[] = [];
+  for (const { name, type, help, samples } of families) {
+    const metric = `portcullis_${name}`;
+    lines.push(`# HELP ${metric} ${help}`, `# TYPE ${metric} ${type}`);
+    for (const [rest, value] of samples) lines.push(`${metric}${rest} ${value}`);
   }
-  family("egress_retry_budget_refusals_total", "counter", "Retries the rolling budget refused.", [[
-    "",
-    egress.retry_budget_refusals,
-  ]]);
-  family(
-    "policy_denied_total",
-    "counter",
-    "Requests a live policy answered, by phase.",
-    policy.stats.deniedCounts().map(([phase, n]) => [`{phase="${phase}"}`, n]),
+  return lines.join("\n") + "\n";
+}
+
+/** A counter family. */
+function counter(name: string, help: string, samples: readonly Sample[]): Family {
+  return { name, type: "counter", help, samples };
+}
+
+/** A gauge family. */
+function gauge(name: string, help: string, samples: readonly Sample[]): Family {
+  return { name, type: "gauge", help, samples };
+}
+
+/** A single unlabelled sample. */
+function only(value: number): Sample[] {
+  return [["", value]];
+}
+
+/** One sample per pair, labelled `label="key"` (keys come from config or code, not escaped). */
+function byLabel(label: string, pairs: readonly (readonly [string | number, number])[]): Sample[] {
+  return pairs.map(([key, value]) => [`{${label}="${key}"}`, value]);
+}
+
+/** One sample per lane. */
+function byLane(pick: (lane: LaneName) => number): Sample[] {
+  return byLabel("lane", LANE_NAMES.map((lane) => [lane, pick(lane)]));
+}
+
+/** One sample per lane and key, labelled `lane` and `label`. */
+function byLaneAnd<K extends string>(
+  label: string,
+  keys: readonly K[],
+  pick: (lane: LaneName, key: K) => number,
+): Sample[] {
+  return LANE_NAMES.flatMap((lane) =>
+    keys.map((key): Sample => [`{lane="${lane}",${label}="${key}"}`, pick(lane, key)])
   );
-  family(
-    "policy_dry_run_total",
-    "counter",
-    "Requests a policy in dry run would have answered, by phase and route.",
-    policy.stats.dryRunCounts().map(([phase, route, n]) => [
-      `{phase="${phase}",route="${escapeLabel(route)}"}`,
-      n,
-    ]),
-  );
-  family("policy_rate_limit_evictions_total", "counter", "Client buckets evicted (LRU).", [[
-    "",
-    policy.rateLimitEvictions,
-  ]]);
-  family("policy_ttl_block_evictions_total", "counter", "Blocked addresses evicted (LRU).", [[
-    "",
-    policy.ttlBlockEvictions,
-  ]]);
-  if (observe) renderObserved(observe, family, out);
-  return out.join("\n") + "\n";
+}
+
+/** Version, readiness, draining and uptime. */
+function lifecycleFamilies(facts: EdgeFacts): Family[] {
+  return [
+    gauge(
+      "build_info",
+      "Version of the running gateway.",
+      byLabel("version", [[facts.version, 1]]),
+    ),
+    gauge("ready", "1 when every lane is bound and accepting.", only(facts.ready ? 1 : 0)),
+    gauge("draining", "1 while the gateway drains.", only(facts.draining ? 1 : 0)),
+    gauge("uptime_seconds", "Seconds since start.", only(Math.floor(facts.uptimeSeconds))),
+  ];
+}
+
+/** The admission ledger per lane: listeners, admissions, refusals, slots held and reserved. */
+function ledgerFamilies(ledger: LedgerSnapshot): Family[] {
+  const lane = (l: LaneName) => ledger.lanes[l];
+  return [
+    gauge(
+      "lane_enabled",
+      "1 when the lane has a listener.",
+      byLane((l) => lane(l).enabled ? 1 : 0),
+    ),
+    counter("ledger_admitted_total", "Requests admitted.", byLane((l) => lane(l).admitted)),
+    counter(
+      "ledger_overload_total",
+      "Requests refused with a typed overload.",
+      byLaneAnd("kind", OVERLOAD_KINDS, (l, kind) => lane(l).overload[kind]),
+    ),
+    counter(
+      "ledger_denied_route_total",
+      "Requests outside the lane's routes.",
+      byLane((l) => lane(l).denied_route),
+    ),
+    gauge("ledger_in_use", "Slots held per lane.", byLane((l) => lane(l).in_use)),
+    gauge("ledger_reserve", "Private reserve per lane.", byLane((l) => lane(l).reserve)),
+  ];
+}
+
+/** The ledger's reservations and shared pools: releases, high water, slot and byte budgets. */
+function reservationFamilies(ledger: LedgerSnapshot): Family[] {
+  return [
+    counter("ledger_completed_total", "Reservations released as served.", only(ledger.completed)),
+    counter(
+      "ledger_cancelled_total",
+      "Reservations released as not served.",
+      only(ledger.cancelled),
+    ),
+    counter(
+      "ledger_double_release_total",
+      "Releases of already released reservations.",
+      only(ledger.double_release),
+    ),
+    gauge("ledger_outstanding", "Reservations not yet released.", only(ledger.outstanding)),
+    gauge(
+      "ledger_high_water_slots",
+      "Most slots ever held at once.",
+      only(ledger.high_water_slots),
+    ),
+    gauge(
+      "ledger_application_slots",
+      "Process-wide slot ceiling.",
+      only(ledger.application_slots),
+    ),
+    gauge("ledger_general_pool", "Slots not reserved to a lane.", only(ledger.general_pool)),
+    gauge("ledger_bytes_in_use", "In-flight bytes held.", only(ledger.bytes_in_use)),
+    gauge("ledger_inflight_bytes", "Shared in-flight byte budget.", only(ledger.inflight_bytes)),
+  ];
+}
+
+/** Open connections per lane, and those refused at the lane's ceiling. */
+function connectionFamilies(ledger: LedgerSnapshot): Family[] {
+  return [
+    gauge(
+      "lane_connections",
+      "Open connections per lane.",
+      byLane((l) => ledger.lanes[l].connections),
+    ),
+    counter(
+      "lane_connections_refused_total",
+      "Connections closed at the lane's ceiling.",
+      byLane((l) => ledger.lanes[l].connections_refused),
+    ),
+  ];
+}
+
+/** Responses per lane: status classes, withheld, protocol errors, cut-off and abandoned replies. */
+function responseFamilies(stats: ResponseStats): Family[] {
+  const reads = new Map(LANE_NAMES.map((lane) => [lane, stats.read(lane)]));
+  const read = (lane: LaneName) => reads.get(lane)!;
+  return [
+    counter(
+      "responses_total",
+      "Responses per lane and status class.",
+      byLaneAnd("class", STATUS_CLASSES, (l, cls) => read(l).responses[cls]),
+    ),
+    counter(
+      "responses_withheld_total",
+      "Requests answered by dropping or holding the connection.",
+      byLane((l) => read(l).withheld),
+    ),
+    counter(
+      "protocol_errors_total",
+      "Malformed or timed-out request heads.",
+      byLane((l) => read(l).protocol_errors),
+    ),
+    counter(
+      "responses_cut_total",
+      "Replies cut off after they started: the client did not take them (send_timeout) or a tunnel idled out (tunnel_idle).",
+      byLaneAnd("reason", CUT_REASONS, (l, reason) => read(l).cut[reason]),
+    ),
+    counter(
+      "pipelined_abandoned_total",
+      "Pipelined requests dropped unserved because their client closed the connection.",
+      byLane((l) => read(l).abandoned),
+    ),
+  ];
+}
+
+/** Per SOCKS instance: breaker state, attempts in flight, latency, error rate, failures, opens. */
+function egressInstanceFamilies(egress: EgressSnapshot): Family[] {
+  type Instance = EgressSnapshot["instances"][number];
+  const perInstance = (pick: (instance: Instance) => number) =>
+    byLabel("instance", egress.instances.map((i) => [i.address, pick(i)]));
+  return [
+    gauge(
+      "egress_instance_open",
+      "1 when the SOCKS instance's breaker is not closed.",
+      perInstance((i) => i.state === "closed" ? 0 : 1),
+    ),
+    gauge(
+      "egress_instance_active",
+      "Attempts in flight per SOCKS instance.",
+      perInstance((i) => i.active),
+    ),
+    gauge(
+      "egress_instance_latency_ms",
+      "Smoothed time to response headers per SOCKS instance.",
+      perInstance((i) => Math.round(i.latency_ms)),
+    ),
+    gauge(
+      "egress_instance_error_rate",
+      "Failure share in the breaker window per SOCKS instance.",
+      perInstance((i) => i.error_rate),
+    ),
+    counter(
+      "egress_instance_requests_total",
+      "Attempts per SOCKS instance.",
+      perInstance((i) => i.requests),
+    ),
+    counter(
+      "egress_instance_failures_total",
+      "Failed attempts per SOCKS instance.",
+      perInstance((i) => i.failures),
+    ),
+    counter(
+      "egress_instance_opens_total",
+      "Times the breaker opened per SOCKS instance.",
+      perInstance((i) => i.opens),
+    ),
+  ];
+}
+
+/** The egress pool: backends in the negative cache, retries and half-open probes. */
+function egressPoolFamilies(egress: EgressSnapshot): Family[] {
+  return [
+    gauge(
+      "egress_cold_backends",
+      "Backends in the negative cache.",
+      only(egress.cold_backends.length),
+    ),
+    counter("egress_retries_total", "Retries sent.", only(egress.retries)),
+    counter("egress_probes_total", "Half-open probes (SOCKS greetings) sent.", only(egress.probes)),
+    counter(
+      "egress_probe_failures_total",
+      "Half-open probes that failed.",
+      only(egress.failed_probes),
+    ),
+  ];
+}
+
+/** Upstream sockets, file descriptors and per-isolate heap, when the edge reports them. */
+function processFamilies(sockets: SocketFacts | undefined): Family[] {
+  if (!sockets) return [];
+  const { upstream } = sockets.connections;
+  const fds = sockets.descriptors;
+  const limit = fds.limit === null
+    ? []
+    : [gauge("descriptors_limit", "The open-file limit measured at boot.", only(fds.limit))];
+  return [
+    gauge(
+      "upstream_sockets",
+      "Upstream sockets by state: carrying a request, pooled idle, connecting, raw tunnel.",
+      byLabel("state", [
+        ["active", upstream.active],
+        ["idle", upstream.idle],
+        ["connecting", upstream.connecting],
+        ["tunnel", upstream.tunnels],
+      ]),
+    ),
+    ...limit,
+    gauge(
+      "descriptors_exhausted",
+      "1 while file descriptors are exhausted.",
+      only(fds.exhausted ? 1 : 0),
+    ),
+    counter(
+      "descriptor_exhaustions_total",
+      "Times file descriptors ran out (EMFILE).",
+      only(fds.exhaustions),
+    ),
+    counter(
+      "listener_rearms_total",
+      "Listeners re-armed after descriptor exhaustion.",
+      only(fds.listener_rearms),
+    ),
+    ...(sockets.heap ? isolateFamilies(sockets.heap) : []),
+  ];
+}
+
+/** V8 heap in use and allocated, per isolate. */
+function isolateFamilies(heap: NonNullable<SocketFacts["heap"]>): Family[] {
+  const perIsolate = (values: readonly number[]) =>
+    byLabel("isolate", values.map((bytes, isolate) => [isolate, bytes]));
+  return [
+    gauge(
+      "isolate_heap_used_bytes",
+      "V8 heap in use per isolate (0 serves the protected lanes), reported once a second.",
+      perIsolate(heap.used),
+    ),
+    gauge(
+      "isolate_heap_total_bytes",
+      "V8 heap allocated per isolate, reported once a second.",
+      perIsolate(heap.total),
+    ),
+  ];
+}
+
+/** Live policy denials, dry-run would-be denials, and evictions from the policies' tables. */
+function policyFamilies(policy: PolicyFacts): Family[] {
+  return [
+    counter(
+      "policy_denied_total",
+      "Requests a live policy answered, by phase.",
+      byLabel("phase", policy.stats.deniedCounts()),
+    ),
+    counter(
+      "policy_dry_run_total",
+      "Requests a policy in dry run would have answered, by phase and route.",
+      policy.stats.dryRunCounts().map(([phase, route, n]) => [
+        `{phase="${phase}",route="${escapeLabel(route)}"}`,
+        n,
+      ]),
+    ),
+    counter(
+      "policy_rate_limit_evictions_total",
+      "Client buckets evicted (LRU).",
+      only(policy.rateLimitEvictions),
+    ),
+    counter(
+      "policy_ttl_block_evictions_total",
+      "Blocked addresses evicted (LRU).",
+      only(policy.ttlBlockEvictions),
+    ),
+  ];
+}
+
+/** Finished requests by lane, tenant, route and class, and the two latency histograms. */
+function requestFamilies(observe: ObserveFacts): Family[] {
+  return [
+    gauge(
+      "tenant_labels",
+      "1 when tenant series are labelled with salted hashes; 0 when no salt is configured and tenant labels are withheld.",
+      only(observe.labelled ? 1 : 0),
+    ),
+    counter(
+      "requests_total",
+      "Finished requests by lane, hashed tenant, route and status class (tenant and route only with a salt).",
+      [...observe.metrics.requests()].sort(([a], [b]) => a < b ? -1 : 1).map(([key, n]) => {
+        const [lane, tenant, route, cls] = key.split("\t");
+        const labels = tenant === ""
+          ? `{lane="${lane}",class="${cls}"}`
+          : `{lane="${lane}",tenant="${tenant}",route="${escapeLabel(route)}",class="${cls}"}`;
+        return [labels, n];
+      }),
+    ),
+    latencyHistogram(
+      observe.metrics,
+      "gateway",
+      "Time the gateway added to a request (total minus upstream waiting), seconds.",
+    ),
+    latencyHistogram(
+      observe.metrics,
+      "upstream",
+      "Time spent waiting for upstream response headers, seconds.",
+    ),
+  ];
+}
+
+/** One lane-labelled histogram: cumulative buckets, `+Inf`, sum and count per lane. */
+function latencyHistogram(
+  metrics: RequestMetrics,
+  which: "gateway" | "upstream",
+  help: string,
+): Family {
+  const samples: Sample[] = [];
+  for (const lane of LANE_NAMES) {
+    const histogram = metrics.histogram(lane, which);
+    let cumulative = 0;
+    BUCKETS.forEach((bound, i) => {
+      cumulative += histogram[i];
+      samples.push([`_bucket{lane="${lane}",le="${bound}"}`, cumulative]);
+    });
+    cumulative += histogram[BUCKETS.length];
+    samples.push([`_bucket{lane="${lane}",le="+Inf"}`, cumulative]);
+    samples.push([`_sum{lane="${lane}"}`, histogram[BUCKETS.length + 1]]);
+    samples.push([`_count{lane="${lane}"}`, cumulative]);
+  }
+  return { name: `${which}_seconds`, type: "histogram", help, samples };
+}
+
+/** The live config generation, a pending rejection, and each served certificate's expiry. */
+function configFamilies(observe: ObserveFacts): Family[] {
+  return [
+    gauge("config_generation", "The live configuration generation.", only(observe.generation)),
+    gauge(
+      "config_rejected_pending",
+      "1 while the last load was rejected and the source still holds it.",
+      only(observe.rejectedPending ? 1 : 0),
+    ),
+    gauge(
+      "tls_certificate_expiry_seconds",
+      "Seconds until each served certificate expires (labelled by the hashed first name).",
+      byLabel(
+        "certificate",
+        observe.certificates.map((c) => [c.label, Math.round((c.notAfter - Date.now()) / 1000)]),
+      ),
+    ),
+  ];
 }
 
 /** A label value with `\\`, `"` and newlines escaped (Prometheus text format). */
 function escapeLabel(value: string): string {
   return value.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
-}
-
-/** The per-request series, config and certificate families. */
-function renderObserved(
-  observe: ObserveFacts,
-  family: (name: string, type: "counter" | "gauge", help: string, rows: [string, number][]) => void,
-  out: string[],
-): void {
-  family(
-    "tenant_labels",
-    "gauge",
-    "1 when tenant series are labelled with salted hashes; 0 when no salt is configured and tenant labels are withheld.",
-    [["", observe.labelled ? 1 : 0]],
-  );
-  family(
-    "requests_total",
-    "counter",
-    "Finished requests by lane, hashed tenant, route and status class (tenant and route only with a salt).",
-    [...observe.metrics.requests()].sort(([a], [b]) => a < b ? -1 : 1).map(([key, n]) => {
-      const [lane, tenant, route, cls] = key.split("\t");
-      const labels = tenant === ""
-        ? `{lane="${lane}",class="${cls}"}`
-        : `{lane="${lane}",tenant="${tenant}",route="${escapeLabel(route)}",class="${cls}"}`;
-      return [labels, n];
-    }),
-  );
-  for (
-    const [which, help] of [
-      ["gateway", "Time the gateway added to a request (total minus upstream waiting), seconds."],
-      ["upstream", "Time spent waiting for upstream response headers, seconds."],
-    ] as const
-  ) {
-    const name = `portcullis_${which}_seconds`;
-    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
-    for (const lane of LANE_NAMES) {
-      const histogram = observe.metrics.histogram(lane, which);
-      let cumulative = 0;
-      BUCKETS.forEach((bound, i) => {
-        cumulative += histogram[i];
-        out.push(`${name}_bucket{lane="${lane}",le="${bound}"} ${cumulative}`);
-      });
-      cumulative += histogram[BUCKETS.length];
-      out.push(`${name}_bucket{lane="${lane}",le="+Inf"} ${cumulative}`);
-      out.push(`${name}_sum{lane="${lane}"} ${histogram[BUCKETS.length + 1]}`);
-      out.push(`${name}_count{lane="${lane}"} ${cumulative}`);
-    }
-  }
-  family("config_generation", "gauge", "The live configuration generation.", [[
-    "",
-    observe.generation,
-  ]]);
-  family(
-    "config_rejected_pending",
-    "gauge",
-    "1 while the last load was rejected and the source still holds it.",
-    [["", observe.rejectedPending ? 1 : 0]],
-  );
-  family(
-    "tls_certificate_expiry_seconds",
-    "gauge",
-    "Seconds until each served certificate expires (labelled by the hashed first name).",
-    observe.certificates.map((c) => [
-      `{certificate="${c.label}"}`,
-      Math.round((c.notAfter - Date.now()) / 1000),
-    ]),
-  );
 }

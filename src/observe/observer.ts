@@ -8,7 +8,7 @@
  * @module
  */
 import { type Span, SpanKind } from "@opentelemetry/api";
-import type { LaneName } from "../ledger/lane.ts";
+import type { LaneName } from "../ledger/lane_names.ts";
 import { type AccessLog, shouldLog } from "./access_log.ts";
 import { anonymizeIp } from "./anonymize.ts";
 import type { RequestMetrics } from "./request_metrics.ts";

@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { LANE_NAMES, type LaneName } from "../ledger/lane.ts";
+import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
 
 /** Histogram bucket upper bounds, in seconds. */
 export const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];

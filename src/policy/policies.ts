@@ -1,39 +1,32 @@
 /**
  * A tenant's policies, resolved once at load — tenant, then `globals.yaml`, then off — and compiled:
  * regular expressions built, limiters and blocklists allocated. A policy that is off is simply
- * absent, so it costs nothing per request.
+ * absent, so it costs nothing per request. The request-side policies are also laid out as
+ * {@link TenantPolicies.checks}, the list `checks.ts` runs, cheapest first: TTL blocklist (one map
+ * lookup), caps (the head's lengths), per-client rate limit (one map entry), blocklist rules (a
+ * few expressions), WAF (decoding and every rule) — so a flood from one client is refused before
+ * the WAF's decoding and matching run for it.
  *
  * @module
  */
 import type { PoliciesDocument } from "../config/policy_schema.ts";
-import { ClientRateLimiter } from "./rate_limit.ts";
-import { MatchCounter, TtlBlocklist } from "./ttl_block.ts";
-import type { WafOptions } from "./waf.ts";
+import { BlocklistCheck } from "./blocklist.ts";
+import { CapsCheck } from "./caps.ts";
+import type { ActivePolicy, PolicyCheck, PolicyMode } from "./policy_check.ts";
+import { RateLimitCheck } from "./rate_limit.ts";
+import { TtlBlockCheck } from "./ttl_block.ts";
+import { WafCheck } from "./waf_check.ts";
 
-/** How a policy that is not off runs. */
-export type PolicyMode = "on" | "dry_run";
-
-/** What a blocklist match (or a TTL block) does to the request. */
-export type BlockAction = "drop" | "404" | "429" | "timeout";
+export type { BlockAction, PolicyMode } from "./policy_check.ts";
+export type { BlockRule } from "./blocklist.ts";
 
 /** A tenant's compiled policies; absent members are off. */
 export interface TenantPolicies {
-  readonly ttlBlock?: { mode: PolicyMode; list: TtlBlocklist; action: BlockAction };
-  readonly caps?: {
-    mode: PolicyMode;
-    maxHeaders: number;
-    maxHeaderBytes: number;
-    maxUrlBytes: number;
-    maxBodyBytes: number;
-  };
-  readonly waf?: { mode: PolicyMode; options: WafOptions };
-  readonly blocklist?: {
-    mode: PolicyMode;
-    rules: readonly BlockRule[];
-    blockAfter: number;
-    matches: MatchCounter;
-  };
-  readonly rateLimit?: { mode: PolicyMode; limiter: ClientRateLimiter; blockAfter: number };
+  readonly ttlBlock?: TtlBlockCheck;
+  readonly caps?: CapsCheck;
+  readonly rateLimit?: RateLimitCheck;
+  readonly blocklist?: BlocklistCheck;
+  readonly waf?: WafCheck;
   readonly securityHeaders?: {
     mode: PolicyMode;
     /** Flat `[name, value, …]`, lower-case names. */
@@ -41,6 +34,8 @@ export interface TenantPolicies {
     /** Lower-case names removed from responses (and replaced by `add`). */
     remove: ReadonlySet<string>;
   };
+  /** The request-side policies present above, in the order they run (cheapest first). */
+  readonly checks: readonly PolicyCheck[];
   /**
    * Response header names (lower case) the gateway owns: upstream values are dropped before its
    * own are set (rate headers while the rate limit runs; security headers and removals when on).
@@ -48,14 +43,6 @@ export interface TenantPolicies {
   readonly strip: ReadonlySet<string>;
   /** True when any policy is on or in dry run (else the phase is skipped entirely). */
   readonly any: boolean;
-}
-
-/** One blocklist rule. */
-export interface BlockRule {
-  readonly name: string;
-  readonly path?: RegExp;
-  readonly header?: { readonly name: string; readonly pattern: RegExp };
-  readonly action: BlockAction;
 }
 
 /** The rate headers the gateway owns on every response it decorates. */
@@ -69,7 +56,7 @@ export const RATE_HEADERS: ReadonlySet<string> = new Set([
 ]);
 
 /** No policies: the built-in default. */
-export const NO_POLICIES: TenantPolicies = { strip: new Set(), any: false };
+export const NO_POLICIES: TenantPolicies = { checks: [], strip: new Set(), any: false };
 
 /**
  * Resolves and compiles a tenant's policies: each policy from the tenant, else from the globals,
@@ -85,68 +72,34 @@ export function compilePolicies(
 
   const ttl = active(pick("ttl_block"));
   const caps = active(pick("caps"));
-  const waf = active(pick("waf"));
-  const blocklist = active(pick("blocklist"));
   const rate = active(pick("rate_limit"));
+  const blocklist = active(pick("blocklist"));
+  const waf = active(pick("waf"));
   const security = active(pick("security_headers"));
+  const ttlBlock = ttl && new TtlBlockCheck(ttl);
+  // Cheapest first: this key order is the order checks.ts runs them in.
+  const checks = {
+    ttlBlock,
+    caps: caps && new CapsCheck(caps),
+    rateLimit: rate && new RateLimitCheck(rate, ttlBlock?.list),
+    blocklist: blocklist && new BlocklistCheck(blocklist, ttlBlock?.list),
+    waf: waf && new WafCheck(waf),
+  };
   const securityHeaders = security && compileSecurityHeaders(security);
-  const policies: TenantPolicies = {
-    ttlBlock: ttl && {
-      mode: ttl.mode,
-      list: new TtlBlocklist({ ttlMs: ttl.ttl_ms, maxEntries: ttl.max_entries }),
-      action: ttl.action,
-    },
-    caps: caps && {
-      mode: caps.mode,
-      maxHeaders: caps.max_headers,
-      maxHeaderBytes: caps.max_header_bytes,
-      maxUrlBytes: caps.max_url_bytes,
-      maxBodyBytes: caps.max_body_bytes,
-    },
-    waf: waf && {
-      mode: waf.mode,
-      options: {
-        sqli: waf.sqli,
-        xss: waf.xss,
-        traversal: waf.traversal,
-        headers: waf.headers.map((h) => h.toLowerCase()),
-      },
-    },
-    blocklist: blocklist && {
-      mode: blocklist.mode,
-      rules: blocklist.rules.map((rule) => ({
-        name: rule.name,
-        path: rule.path ? new RegExp(rule.path) : undefined,
-        header: rule.header && {
-          name: rule.header.name.toLowerCase(),
-          pattern: new RegExp(rule.header.pattern),
-        },
-        action: rule.action,
-      })),
-      blockAfter: blocklist.block_after,
-      matches: new MatchCounter({ windowMs: blocklist.window_ms, maxEntries: 100_000 }),
-    },
-    rateLimit: rate && {
-      mode: rate.mode,
-      limiter: new ClientRateLimiter({
-        perSecond: rate.per_second,
-        burst: rate.burst,
-        maxClients: rate.max_clients,
-      }),
-      blockAfter: rate.block_after,
-    },
+  return {
+    ...checks,
     securityHeaders,
+    checks: Object.values(checks).filter((check) => check !== undefined),
     strip: new Set([
       ...(rate?.mode === "on" ? RATE_HEADERS : []),
       ...(securityHeaders?.mode === "on" ? securityHeaders.remove : []),
     ]),
     any: Boolean(ttl || caps || waf || blocklist || rate || security),
   };
-  return policies;
 }
 
 function compileSecurityHeaders(
-  policy: NonNullable<PoliciesDocument["security_headers"]> & { mode: PolicyMode },
+  policy: ActivePolicy<"security_headers">,
 ): NonNullable<TenantPolicies["securityHeaders"]> {
   const add: string[] = [];
   const set = (name: string, value: string | false) => {
@@ -163,8 +116,9 @@ function compileSecurityHeaders(
 }
 
 /**
- * The policies in force, by config name, in evaluation order (`waf (dry run)` for one in dry run);
- * empty when every policy is off.
+ * The policies in force, by config name (`waf (dry run)` for one in dry run), in a fixed order
+ * that is not the order they run in (that is {@link TenantPolicies.checks}, then the security
+ * headers); empty when every policy is off.
  *
  * @example
  * ```ts

@@ -1,10 +1,28 @@
 /**
  * The per-client rate limit: a token bucket per (tenant, effective client address), kept as one
  * number per client — the theoretical arrival time of its next conforming request (GCRA) — in a
- * map bounded by `max_clients`, least recently seen evicted first (and counted).
+ * map bounded by `max_clients`, least recently seen evicted first (and counted). Each tenant (and
+ * the globals, for unknown hosts) has its own limiter, keyed by client; it runs right after the
+ * caps, so a flood from one client is refused before the blocklist and the WAF spend anything on
+ * it.
+ *
+ * While on, every reply carries the limit's state — denied or not — in the IETF `RateLimit-*`
+ * fields (draft-ietf-httpapi-ratelimit-headers) and the older `X-RateLimit-*` spelling, whose
+ * reset is an epoch second; a denial adds `Retry-After` (RFC 9110 §10.2.3). In dry run no header
+ * changes.
  *
  * @module
  */
+import { failureReply } from "../request/errors.ts";
+import type {
+  ActivePolicy,
+  PolicyCheck,
+  PolicyMode,
+  PolicyRequest,
+  PolicyTrail,
+  Refusal,
+} from "./policy_check.ts";
+import type { TtlBlocklist } from "./ttl_block.ts";
 
 /** What the limit decided, and the numbers the rate headers carry. */
 export interface RateDecision {
@@ -108,4 +126,66 @@ export class ClientRateLimiter {
     decision.denialsInARow = state.denials;
     return decision;
   }
+}
+
+/** The rate-limit policy: its limiter, and the TTL list a client goes on after `block_after`. */
+export class RateLimitCheck implements PolicyCheck {
+  readonly phase = "rate_limit";
+  readonly mode: PolicyMode;
+  readonly limiter: ClientRateLimiter;
+  /** Denials in a row after which the client goes on the TTL list (0: never). */
+  readonly blockAfter: number;
+  readonly #ttl: TtlBlocklist | undefined;
+
+  /**
+   * @param policy the resolved `rate_limit` section
+   * @param ttl the TTL block policy's list, when that policy is on or in dry run
+   */
+  constructor(policy: ActivePolicy<"rate_limit">, ttl: TtlBlocklist | undefined) {
+    this.mode = policy.mode;
+    this.limiter = new ClientRateLimiter({
+      perSecond: policy.per_second,
+      burst: policy.burst,
+      maxClients: policy.max_clients,
+    });
+    this.blockAfter = policy.block_after;
+    this.#ttl = ttl;
+  }
+
+  /** Spends the client's token; when on, sets the rate headers and escalates a long denial run. */
+  check(request: PolicyRequest, trail: PolicyTrail): Refusal | undefined {
+    const decision = this.limiter.take(request.client(), request.now);
+    if (this.mode === "on") pushRateHeaders(trail.headers, decision);
+    if (decision.allowed) return undefined;
+    if (
+      this.blockAfter > 0 && this.#ttl && this.mode === "on" &&
+      decision.denialsInARow >= this.blockAfter
+    ) {
+      this.#ttl.block(request.client(), request.now);
+    }
+    const headers = { "retry-after": String(decision.retryAfterS) };
+    return {
+      reply: failureReply("rate_limited", request.context.requestId, { headers }),
+      reason: `${decision.denialsInARow} denied in a row`,
+    };
+  }
+}
+
+/** Adds both spellings of the rate headers; the `X-` reset is an epoch second (wall clock). */
+function pushRateHeaders(headers: string[], decision: RateDecision): void {
+  const resetS = decision.resetS;
+  headers.push(
+    "ratelimit-limit",
+    String(decision.limit),
+    "ratelimit-remaining",
+    String(decision.remaining),
+    "ratelimit-reset",
+    String(resetS),
+    "x-ratelimit-limit",
+    String(decision.limit),
+    "x-ratelimit-remaining",
+    String(decision.remaining),
+    "x-ratelimit-reset",
+    String(Math.ceil(Date.now() / 1000) + resetS),
+  );
 }

@@ -1,9 +1,20 @@
 /**
  * Addresses blocked for a while: written by rate-limit exhaustion or repeated blocklist matches,
- * forgotten after their TTL; bounded, least recently blocked evicted first.
+ * forgotten after their TTL; bounded, least recently blocked evicted first. The TTL block check
+ * runs first of all: one map lookup refuses a client already judged, before anything else is spent
+ * on it.
  *
  * @module
  */
+import {
+  type ActivePolicy,
+  type BlockAction,
+  blockReply,
+  type PolicyCheck,
+  type PolicyMode,
+  type PolicyRequest,
+  type Refusal,
+} from "./policy_check.ts";
 
 /** A bounded map of addresses to the time their block ends. */
 export class TtlBlocklist {
@@ -65,5 +76,28 @@ export class MatchCounter {
     if (this.#counts.size >= this.#max) this.#counts.delete(this.#counts.keys().next().value!);
     this.#counts.set(address, entry);
     return entry.count;
+  }
+}
+
+/** The TTL block policy: refuses a client while it is on the list, with the policy's action. */
+export class TtlBlockCheck implements PolicyCheck {
+  readonly phase = "ttl_block";
+  readonly mode: PolicyMode;
+  /** Also written by the rate limit and the blocklist (their `block_after`). */
+  readonly list: TtlBlocklist;
+  readonly action: BlockAction;
+
+  /** @param policy the resolved `ttl_block` section */
+  constructor(policy: ActivePolicy<"ttl_block">) {
+    this.mode = policy.mode;
+    this.list = new TtlBlocklist({ ttlMs: policy.ttl_ms, maxEntries: policy.max_entries });
+    this.action = policy.action;
+  }
+
+  /** Refuses a blocked client. */
+  check(request: PolicyRequest): Refusal | undefined {
+    if (!this.list.blocked(request.client(), request.now)) return undefined;
+    const reply = blockReply(this.action, request.context.requestId);
+    return { reply, reason: "address blocked" };
   }
 }

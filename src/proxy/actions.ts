@@ -6,24 +6,11 @@
  *
  * @module
  */
-import type { Reply } from "../server/reply.ts";
+import type { Reply } from "../request/reply.ts";
+import type { Backend } from "../egress/destinations.ts";
 import { bodyFileReply } from "./body_file.ts";
 import type { Rewriter } from "./rewrite.ts";
-import type { RequestHead } from "../server/request_head.ts";
-
-/** A proxy backend, parsed from its URL. */
-export interface Backend {
-  /** `http://authority`, lower case: the negative-cache key. */
-  readonly key: string;
-  /** Host name or IP literal (no brackets). */
-  readonly hostname: string;
-  readonly port: number;
-  /** `host[:port]` as written: the upstream Host header. */
-  readonly authority: string;
-  /** `host:port` (IPv6 in brackets), as `egress.direct` and `--allow-net` spell it. */
-  readonly target: string;
-  readonly weight: number;
-}
+import type { RequestHead } from "../request/head.ts";
 
 /** The proxy action: where to send the request and how hard to try. */
 export interface ProxyAction {

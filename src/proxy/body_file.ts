@@ -12,9 +12,9 @@
  * @module
  */
 import { openRooted } from "../config/rooted_read.ts";
-import type { Reply } from "../server/reply.ts";
+import type { Reply } from "../request/reply.ts";
 import type { RespondAction } from "./actions.ts";
-import type { StreamedBody } from "./stream.ts";
+import type { StreamedBody } from "../request/body_stream.ts";
 
 /** Bytes read from the file per write. */
 const CHUNK_BYTES = 16 * 1024;

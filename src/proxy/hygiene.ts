@@ -47,9 +47,9 @@
  *
  * @module
  */
-import { DEFAULT_CLIENT_IP_HEADERS } from "../request/client_ip_headers.ts";
-import type { BodyFraming } from "../server/request_head.ts";
-import { type AddressSet, canonicalAddress } from "./cidr.ts";
+import { DEFAULT_CLIENT_IP_HEADERS, walkChain } from "../request/client_ip_headers.ts";
+import type { BodyFraming } from "../request/head.ts";
+import { type AddressSet, canonicalAddress } from "../request/cidr.ts";
 
 const DEFAULT_CLIENT_IP_SET: ReadonlySet<string> = new Set(DEFAULT_CLIENT_IP_HEADERS);
 const NO_NAMES: ReadonlySet<string> = new Set();
@@ -158,7 +158,7 @@ interface Scan {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { AddressSet } from "./cidr.ts";
+ * import { AddressSet } from "../request/cidr.ts";
  * import { upstreamHeaders } from "./hygiene.ts";
  * const raw = ["Host", "a.example", "X-Portcullis-Tenant", "evil", "X-Forwarded-For", "6.6.6.6"];
  * const context = {
@@ -252,35 +252,6 @@ export function downstreamHeaders(
   appendVia(out, scanned.via, options.via);
   out.push("X-Request-Id", requestId);
   return out;
-}
-
-/**
- * The effective client address: the peer unless it is a trusted proxy; then the X-Forwarded-For
- * chain (every such header, comma lists, in order) read right to left, skipping trusted addresses,
- * gives the first untrusted one, or the leftmost when all are trusted. A malformed entry ("unknown",
- * "1.2.3.4:80") ends the walk at the last good address. Empty list elements are skipped (RFC 9110
- * §5.6.1). Addresses come back canonical ("::ffff:1.2.3.4" as "1.2.3.4"); "" for a Unix peer.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { AddressSet } from "./cidr.ts";
- * import { effectiveClient } from "./hygiene.ts";
- * const trusted = AddressSet.of(["10.0.0.0/8"]);
- * const raw = ["X-Forwarded-For", "6.6.6.6, 203.0.113.7", "X-Forwarded-For", "10.0.0.2"];
- * assert.equal(effectiveClient(raw, "::ffff:10.0.0.1", trusted), "203.0.113.7");
- * assert.equal(effectiveClient(raw, "198.51.100.1", trusted), "198.51.100.1");
- * ```
- */
-export function effectiveClient(raw: readonly string[], peer: string, trusted: AddressSet): string {
-  const client = canonicalAddress(peer) ?? "";
-  if (client === "" || !trusted.has(client)) return client;
-  const values: string[] = [];
-  for (let index = 0; index < raw.length; index += 2) {
-    const name = raw[index];
-    if (name.length === 15 && name.toLowerCase() === "x-forwarded-for") values.push(raw[index + 1]);
-  }
-  return walkChain(values, client, trusted);
 }
 
 /**
@@ -381,21 +352,4 @@ function joinChain(values: readonly string[], peer: string): string {
     if (trimmed !== "") chain += `${trimmed}, `;
   }
   return chain + peer;
-}
-
-/** Walks X-Forwarded-For right to left from a trusted peer; see {@link effectiveClient}. */
-function walkChain(values: readonly string[], peer: string, trusted: AddressSet): string {
-  let last = peer;
-  for (let value = values.length - 1; value >= 0; value--) {
-    const entries = values[value].split(",");
-    for (let entry = entries.length - 1; entry >= 0; entry--) {
-      const text = entries[entry].trim();
-      if (text === "") continue;
-      const address = canonicalAddress(text);
-      if (address === undefined) return last;
-      if (!trusted.has(address)) return address;
-      last = address;
-    }
-  }
-  return last;
 }

@@ -9,7 +9,8 @@
 import { isAbsolute, join, normalize, relative, sep } from "node:path";
 import { checkRooted, RootedReadError } from "../config/rooted_read.ts";
 import type { RouteDocument } from "../config/tenant_schema.ts";
-import { type Action, type Backend, namesNoPath, placeholders } from "./actions.ts";
+import { type Action, namesNoPath, placeholders } from "./actions.ts";
+import type { Backend } from "../egress/destinations.ts";
 import { compileRewrite } from "./rewrite.ts";
 import { type Condition, parsePath, type PathPattern, type RouteEntry } from "./routes.ts";
 

@@ -25,14 +25,15 @@ import { backoffMs, retryEligible } from "../egress/retry.ts";
 import { DirectConnectError, EgressRefusal, HANDSHAKE_SIGNAL } from "../egress/agents.ts";
 import { type Egress, instanceDown, type Way } from "../egress/egress.ts";
 import { SocksError } from "../egress/socks5.ts";
-import type { RequestContext } from "../server/lane.ts";
-import type { Reply } from "../server/reply.ts";
-import type { Backend, ProxyAction } from "./actions.ts";
-import type { AddressSet } from "./cidr.ts";
-import { type FailureKind, GatewayError } from "./errors.ts";
-import { carriesBody } from "../server/request_head.ts";
-import { downstreamHeaders, upstreamHeaders } from "./hygiene.ts";
-import { streamUpstream } from "./stream.ts";
+import type { RequestContext } from "../request/context.ts";
+import type { Reply } from "../request/reply.ts";
+import type { ProxyAction } from "./actions.ts";
+import type { Backend } from "../egress/destinations.ts";
+import type { AddressSet } from "../request/cidr.ts";
+import { type FailureKind, failureReply, GatewayError } from "../request/errors.ts";
+import { carriesBody } from "../request/head.ts";
+import { downstreamHeaders, type ForwardContext, upstreamHeaders } from "./hygiene.ts";
+import { streamUpstream } from "../request/body_stream.ts";
 import { forwardBody } from "./forward_body.ts";
 import { applyRewrite } from "./rewrite.ts";
 import type { PathRules } from "../request/canonical_path.ts";
@@ -96,38 +97,90 @@ class AttemptFailure extends Error {
 }
 
 /**
- * Proxies one admitted request.
+ * The upstream request, decided once before any attempt: the path and query it asks for (after the
+ * route's rewrite, canonical again), whether it may be sent twice, and the forwarding context its
+ * head is rebuilt from — every field but the two each attempt sets itself (the backend's Host
+ * authority and the attempt's `traceparent`).
+ */
+export interface Forward {
+  readonly action: ProxyAction;
+  /** Path and query sent upstream. */
+  readonly target: string;
+  readonly hasBody: boolean;
+  /** True when the method (or the route's `retry_post`) lets a sent request be sent again. */
+  readonly eligible: boolean;
+  /** The client's header list (HTTP/2 pseudo-headers dropped). */
+  readonly raw: readonly string[];
+  readonly context: Omit<ForwardContext, "authority" | "traceparent">;
+  /** The most request-body bytes forwarded (the caps policy); beyond it the exchange is cut. */
+  readonly bodyLimit?: number;
+}
+
+/**
+ * The hygiene phase's work: decides the upstream request once.
  *
  * @param context the admitted request
  * @param action the route's proxy action
  * @param params the route's path parameters (for rewrites)
- * @param services egress, trusted proxies, clock, log
- * @param bodyLimit the most request-body bytes forwarded (the caps policy); beyond it the upstream
- *   exchange is cut off and the client gets a 413
- * @returns the reply that streams the upstream response
- * @throws {GatewayError} classified, after the last permitted attempt
+ * @param services trusted proxies, forwarding marks, path rules, log
+ * @param bodyLimit the caps policy's body limit, when on
+ * @returns the forward, or a 400 reply when the rewritten path is ambiguous
  */
-export async function proxyRequest(
+export function prepareForward(
   context: RequestContext,
   action: ProxyAction,
   params: Readonly<Record<string, string>>,
   services: UpstreamServices,
   bodyLimit?: number,
-): Promise<Reply> {
-  const { egress } = services;
-  const request = context.request;
-  const method = context.head.method;
-  const hasBody = carriesBody(context.head.body);
+): Forward | Reply {
+  const { head, request } = context;
   const rewritten = action.rewrite
-    ? applyRewrite(action.rewrite, context.head.path, params, services.paths)
-    : context.head.path;
+    ? applyRewrite(action.rewrite, head.path, params, services.paths)
+    : head.path;
   if (typeof rewritten !== "string") {
     services.log(`portcullis: request ${context.requestId}: refused: ${rewritten.detail}`);
-    throw new GatewayError("ambiguous_path");
+    return failureReply("ambiguous_path", context.requestId);
   }
-  const path = rewritten + context.head.query;
-  const eligible = retryEligible(method, action.retryPost);
-  const h2 = request.httpVersionMajor === 2;
+  return {
+    action,
+    target: rewritten + head.query,
+    hasBody: carriesBody(head.body),
+    eligible: retryEligible(head.method, action.retryPost),
+    raw: request.httpVersionMajor === 2 ? withoutPseudo(request.rawHeaders) : request.rawHeaders,
+    bodyLimit,
+    context: {
+      peer: context.peer,
+      trusted: services.trusted,
+      proto: context.tls ? "https" : "http",
+      host: typeof request.headers.host === "string" ? request.headers.host : head.host,
+      requestId: context.requestId,
+      tenant: action.tenant,
+      route: action.route,
+      upgrade: context.upgrade !== undefined,
+      body: head.body,
+      via: services.forwarding.via,
+      clientIpHeaders: services.forwarding.clientIpHeaders,
+    },
+  };
+}
+
+/**
+ * The upstream phase: sends the request, failing over and retrying as the egress allows (one loop
+ * of attempts), and answers with the upstream's response streamed.
+ *
+ * @param context the admitted request
+ * @param forward the request as the hygiene phase decided it
+ * @param services egress, clock, log
+ * @returns the reply that streams the upstream response
+ * @throws {GatewayError} classified, after the last permitted attempt
+ */
+export async function forwardRequest(
+  context: RequestContext,
+  forward: Forward,
+  services: UpstreamServices,
+): Promise<Reply> {
+  const { egress } = services;
+  const { action, hasBody, eligible } = forward;
   let tried: Set<number> | undefined;
   context.timeoutKind = "upstream_timeout";
   egress.budget.request();
@@ -149,23 +202,13 @@ export async function proxyRequest(
     const record = context.record;
     if (record) record.attempts = attempt;
     const attemptSpan = record?.attempt(attempt, way.label, backend.authority);
-    const headers = upstreamHeaders(h2 ? withoutPseudo(request.rawHeaders) : request.rawHeaders, {
-      peer: context.peer,
-      trusted: services.trusted,
-      proto: context.tls ? "https" : "http",
-      host: typeof request.headers.host === "string" ? request.headers.host : context.head.host,
-      requestId: context.requestId,
-      tenant: action.tenant,
-      route: action.route,
+    const headers = upstreamHeaders(forward.raw, {
+      ...forward.context,
       authority: backend.authority,
-      upgrade: context.upgrade !== undefined,
-      body: context.head.body,
-      via: services.forwarding.via,
-      clientIpHeaders: services.forwarding.clientIpHeaders,
       traceparent: attemptSpan?.traceparent,
     });
     try {
-      const answer = await sendAttempt(context, backend, way, path, headers, hasBody, bodyLimit);
+      const answer = await sendAttempt(context, forward, { backend, way, headers });
       const latencyMs = services.clock() - started;
       if (record) record.upstreamMs += latencyMs;
       const keepAlive = answer.response.headers["keep-alive"];
@@ -236,7 +279,7 @@ function fail(
   sentBytes?: number,
 ): GatewayError {
   const cause = error.cause instanceof Error
-    ? `${error.cause.name}: ${describe(error.cause)}`
+    ? `${error.cause.name}: ${describeCause(error.cause)}`
     : detail ?? "";
   // Whether the last attempt's bytes may have reached the upstream: an operator reading
   // "unreachable" must know whether the upstream might have acted on the request anyway.
@@ -252,7 +295,8 @@ function fail(
   return error;
 }
 
-function describe(error: Error): string {
+/** An error's message, and its own cause's name and message when it has one. */
+function describeCause(error: Error): string {
   const inner = error.cause instanceof Error
     ? ` (${error.cause.name}: ${error.cause.message})`
     : "";
@@ -274,16 +318,17 @@ interface Answer {
   readonly tunnel?: { readonly socket: Duplex; readonly head: Uint8Array };
 }
 
+/** One attempt's own choices: the backend, the way out, and the head written for them. */
+interface Attempt {
+  readonly backend: Backend;
+  readonly way: Way;
+  readonly headers: string[];
+}
+
 /** Sends one attempt; resolves once the upstream's response headers (or its 101) arrived. */
-function sendAttempt(
-  context: RequestContext,
-  backend: Backend,
-  way: Way,
-  path: string,
-  headers: string[],
-  hasBody: boolean,
-  bodyLimit: number | undefined,
-): Promise<Answer> {
+function sendAttempt(context: RequestContext, forward: Forward, attempt: Attempt): Promise<Answer> {
+  const { backend, way, headers } = attempt;
+  const { target: path, hasBody, bodyLimit } = forward;
   return new Promise((resolve, reject) => {
     // The socket node handed this request, and how many bytes it had written before (a pooled
     // socket carried earlier requests; a new SOCKS one, its handshake).

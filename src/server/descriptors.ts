@@ -210,3 +210,13 @@ export class DescriptorWatch {
     );
   }
 }
+
+/** The open-file limit as planned with (see server/descriptors.ts). */
+export interface DescriptorPlan {
+  readonly limit: DescriptorLimit;
+  /** Descriptors kept away from public connections. */
+  readonly reserved: number;
+  /** The public lane's `max_connections`, and whether the limit chose it. */
+  readonly publicConnections: number;
+  readonly derived: boolean;
+}

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { Reply } from "./reply.ts";
+import type { Reply } from "../request/reply.ts";
 
 const HSTS = "strict-transport-security";
 

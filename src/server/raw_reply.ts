@@ -7,7 +7,7 @@
  */
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
-import type { Reply } from "./reply.ts";
+import type { Reply } from "../request/reply.ts";
 
 /** Serialises a status line and headers (names and values as given). */
 export function renderHead(

@@ -6,7 +6,7 @@
  * @module
  */
 import type { ServerResponse } from "node:http";
-import type { Reply } from "./reply.ts";
+import type { Reply } from "../request/reply.ts";
 
 /**
  * Writes a reply.

@@ -8,7 +8,7 @@
  * @module
  */
 import { readRooted } from "../config/rooted_read.ts";
-import type { Reply } from "../server/reply.ts";
+import type { Reply } from "../request/reply.ts";
 
 const PREFIX = "/.well-known/acme-challenge/";
 const TOKEN = /^[A-Za-z0-9_-]{1,256}$/;

@@ -13,19 +13,12 @@
  */
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import tls from "node:tls";
+import type { CertificateSource } from "../config/load.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
-import { generateCertificate } from "./bootstrap.ts";
+import { generateCertificate } from "./self_signed.ts";
 
 /** The largest PEM file read, in bytes (a long chain is a few KiB). */
 const MAX_PEM_BYTES = 1024 * 1024;
-
-/** One configured certificate. */
-export interface CertificateSource {
-  readonly certFile: string;
-  readonly keyFile: string;
-  /** Serve this one when no name matches. */
-  readonly isDefault: boolean;
-}
 
 /** A certificate in service. */
 export interface ServedCertificate {

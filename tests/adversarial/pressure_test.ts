@@ -123,7 +123,7 @@ arenaTest("adversarial: slow clients", {}, {
     const { text } = await client.end(REQUEST_MS + SLACK_MS);
     closedAt(client, REQUEST_MS, "slow body");
     // The request was admitted and its head forwarded; a body that can never be complete ends
-    // the request with the connection's one refusal (lane_server.ts: a broken body is a 400).
+    // the request with the connection's one refusal (the runner: a broken body is a 400).
     onlyEnvelope(text, 400, "bad_request", "POST");
     assert.deepEqual(arena.upstream.heads, ["POST /echo"]);
     assert.equal(arena.upstream.seen.length, 0, "no complete request reached the upstream");

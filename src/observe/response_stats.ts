@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { LANE_NAMES, laneIndex, type LaneName } from "../ledger/lane.ts";
+import { LANE_NAMES, laneIndex, type LaneName } from "../ledger/lane_names.ts";
 
 /** Status classes counted, in order. */
 export const STATUS_CLASSES = ["1xx", "2xx", "3xx", "4xx", "5xx"] as const;

@@ -17,7 +17,7 @@
  * @module
  */
 import type { IncomingMessage } from "node:http";
-import { canonicalPath, DEFAULT_PATH_RULES, type PathRules } from "../request/canonical_path.ts";
+import { canonicalPath, DEFAULT_PATH_RULES, type PathRules } from "./canonical_path.ts";
 
 /**
  * How a request's body is framed: `none` (no framing field), a byte count (`Content-Length`, 0
@@ -226,7 +226,7 @@ function bodyFraming(
  *
  * @example
  * ```ts
- * import { normalizeHost } from "./request_head.ts";
+ * import { normalizeHost } from "./head.ts";
  * normalizeHost("Demo.Example.:8080"); // "demo.example"
  * normalizeHost("[::1]:9901"); // "[::1]"
  * ```

@@ -1,56 +1,16 @@
 /**
- * What a lane is to the server: a descriptor (its name, its reach, its ledger defaults) and a route
- * allowlist that is code. Config may narrow an allowlist, never widen it. Everything outside the
- * allowlist gets a typed denial — except on a lane with a dataplane (public), whose remaining
- * requests go to the tenant dataplane.
+ * What a lane is to the pipeline: a descriptor (its name, its reach, its ledger defaults), a route
+ * allowlist that is code, and the phases that serve what the allowlist does not name. Config may
+ * narrow an allowlist, never widen it. A request neither the allowlist nor the lane's phases
+ * answer gets a typed 404 denial.
  *
  * @module
  */
-import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
-import type { Duplex } from "node:stream";
-import type { FailureKind } from "../proxy/errors.ts";
-import type { LaneName } from "../ledger/lane.ts";
+import type { LaneName } from "../ledger/lane_names.ts";
 import type { RateBudget } from "../ledger/profile.ts";
-import type { Reservation } from "../ledger/reservation.ts";
-import type { Reply } from "./reply.ts";
-import type { RequestRecord } from "../observe/observer.ts";
-import type { RequestHead } from "./request_head.ts";
-
-/** One admitted request, as every handler sees it. */
-export interface RequestContext {
-  /** The lane fixed by the listener that accepted the connection. */
-  readonly lane: LaneName;
-  readonly head: RequestHead;
-  readonly headers: IncomingHttpHeaders;
-  readonly requestId: string;
-  /** The direct peer's address ("" on a Unix socket). */
-  readonly peer: string;
-  /** The SNI name of a TLS connection, lower case; undefined on plain HTTP. */
-  readonly serverName?: string;
-  /** True when the listener that accepted the request speaks TLS. */
-  readonly tls: boolean;
-  /** True when the client's own connection is TLS: ours, or a trusted proxy's that says so. */
-  readonly secure: boolean;
-  /** The request's ledger reservation. */
-  readonly ticket: Reservation;
-  /** The request itself, for its body (read it only to forward it). */
-  readonly request: IncomingMessage;
-  /** True once the lane's deadline passed or the client went away. */
-  readonly aborted: boolean;
-  /** Calls `listener` once when the request is aborted; returns a function that unregisters it. */
-  onAbort(listener: () => void): () => void;
-  /** What the deadline answers with; a phase waiting on an upstream sets `upstream_timeout`. */
-  timeoutKind: FailureKind;
-  /**
-   * Set by a phase whose headers every reply must carry (the tenant policies): the lane server
-   * applies it to the reply it finally sends — the handler's, a failure, or the deadline's.
-   */
-  finishReply?: (reply: Reply) => Reply;
-  /** Present on an `Upgrade` request: the client socket and the bytes read past the head. */
-  readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
-  /** What is observed about the request (metrics, access log, trace). */
-  readonly record?: RequestRecord;
-}
+import type { RequestContext } from "../request/context.ts";
+import type { Reply } from "../request/reply.ts";
+import type { Phase } from "./phase.ts";
 
 /** A handler: answers a request, synchronously or not. */
 export type LaneHandler<S> = (context: RequestContext, services: S) => Reply | Promise<Reply>;
@@ -81,8 +41,8 @@ export interface LaneDescriptor<S> {
   readonly reach: "any" | "loopback_or_unix";
   readonly defaults: LaneDefaults;
   readonly routes: readonly LaneRoute<S>[];
-  /** Serves what the allowlist does not name (the public lane's tenant dataplane). */
-  readonly dataplane?: LaneHandler<S>;
+  /** The phases that serve what the allowlist does not name (the public lane's tenant dataplane). */
+  readonly phases?: readonly Phase<S>[];
   /** Stops admitting when the gateway drains (the public lane). */
   readonly drains: boolean;
   /** The lane's plain-HTTP ACME http-01 companion listener, when it has one (the public lane). */

@@ -32,11 +32,11 @@
  */
 import { basename, join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { FileSet } from "./file_set.ts";
+import type { FileSet } from "../config/file_set.ts";
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import { hashTexts } from "./generations.ts";
-import { type ConfigProblem, formatProblem, problemFromError } from "./problems.ts";
-import { readRuntimeTexts } from "./tenant_files.ts";
+import { type ConfigProblem, formatProblem, problemFromError } from "../config/problems.ts";
+import { readRuntimeTexts } from "../config/tenant_files.ts";
 
 /** How many rounds a folder that keeps changing is waited for before giving up. */
 const STABLE_READS = 5;

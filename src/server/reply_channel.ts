@@ -1,5 +1,5 @@
 /**
- * Where a lane's reply goes: a `node:http` response, or the raw socket of an `Upgrade` request.
+ * Where a lane's reply goes (its channel): a `node:http` response, or the raw socket of an `Upgrade` request.
  * Both release the request's reservation exactly once — complete when the reply was delivered in
  * full (or the tunnel ended), cancel when the connection went away first.
  *
@@ -11,17 +11,20 @@ import type { Reservation } from "../ledger/reservation.ts";
 import { ConnectionState } from "./connection_state.ts";
 import type { SendingSocket } from "./delivery_watch.ts";
 import { writeRawReply } from "./raw_reply.ts";
-import type { Reply } from "./reply.ts";
+import type { Reply } from "../request/reply.ts";
 import { writeReply } from "./write.ts";
 
 /** A destination for one request's reply. */
-export interface Outlet {
+export interface ReplyChannel {
   /** True once a reply started or the connection is gone. */
   readonly spent: boolean;
   /** True on HTTP/2: no connection-level headers (`Connection`) may be sent. */
   readonly multiplexed: boolean;
-  /** Sends a reply. */
-  send(reply: Reply, extra: Record<string, string>): void;
+  /**
+   * Sends a reply; with `close`, an HTTP/1.1 connection is closed after it (and the requests
+   * pipelined behind it are dropped).
+   */
+  send(reply: Reply, extra: Record<string, string>, close?: boolean): void;
   /** Closes the connection without a reply. */
   destroy(): void;
   /** Calls `listener` once when the connection closes before a reply was delivered. */
@@ -32,23 +35,38 @@ export interface Outlet {
   readonly socket?: SendingSocket | null;
 }
 
+/** Told when a reply started going out (the transport starts its delivery watch). */
+export type OnSent = (channel: ReplyChannel) => void;
+
 /**
- * The outlet of an ordinary request: releases `ticket` when the response finishes or closes.
+ * The channel of an ordinary request: releases `ticket` when the response finishes or closes.
  */
-export function responseOutlet(response: http.ServerResponse, ticket: Reservation): Outlet {
-  return new ResponseOutlet(response, ticket);
+export function responseChannel(
+  response: http.ServerResponse,
+  ticket: Reservation,
+  onSent?: OnSent,
+): ReplyChannel {
+  return new ResponseChannel(response, ticket, onSent);
+}
+
+/** Marks an HTTP/1.1 connection to close after this reply, dropping what is pipelined behind it. */
+function closeAfter(ticket: Reservation, extra: Record<string, string>): void {
+  extra.connection = "close";
+  if (ticket.connection instanceof ConnectionState) ticket.connection.close();
 }
 
 /** A class rather than an object of closures: one allocation per request on the hot path. */
-class ResponseOutlet implements Outlet {
+class ResponseChannel implements ReplyChannel {
   readonly #response: http.ServerResponse;
   readonly #ticket: Reservation;
+  readonly #onSent?: OnSent;
   #abandon?: (() => void)[];
   #forget?: () => void;
 
-  constructor(response: http.ServerResponse, ticket: Reservation) {
+  constructor(response: http.ServerResponse, ticket: Reservation, onSent?: OnSent) {
     this.#response = response;
     this.#ticket = ticket;
+    this.#onSent = onSent;
     // One listener: "close" follows "finish" on a delivered response, and comes alone otherwise.
     response.once("close", () => this.#closed());
     // A pipelined response still waiting for its turn hears of a closed connection only here.
@@ -66,8 +84,10 @@ class ResponseOutlet implements Outlet {
     return this.#response.req?.httpVersionMajor === 2;
   }
 
-  send(reply: Reply, extra: Record<string, string>): void {
+  send(reply: Reply, extra: Record<string, string>, close = false): void {
+    if (close && !this.multiplexed) closeAfter(this.#ticket, extra);
     writeReply(this.#response, reply, extra);
+    this.#onSent?.(this);
   }
 
   destroy(): void {
@@ -110,23 +130,30 @@ export interface TunnelLimits {
 }
 
 /**
- * The outlet of an `Upgrade` request: the socket is the gateway's; releases `ticket` when the
+ * The channel of an `Upgrade` request: the socket is the gateway's; releases `ticket` when the
  * reply (or tunnel) is done, or cancels it when the socket closes first.
  */
-export function socketOutlet(socket: Duplex, ticket: Reservation, limits?: TunnelLimits): Outlet {
+export function socketChannel(
+  socket: Duplex,
+  ticket: Reservation,
+  limits?: TunnelLimits,
+  onSent?: OnSent,
+): ReplyChannel {
   let started = false;
   let delivered = false;
   socket.once("close", () => ticket.live && (delivered ? ticket.complete() : ticket.cancel()));
-  return {
+  const channel: ReplyChannel = {
     get spent() {
       return started || socket.destroyed;
     },
     multiplexed: false,
-    send(reply, extra) {
+    send(reply, extra, close = false) {
       started = true;
+      if (close) closeAfter(ticket, extra);
       writeRawReply(socket, reply, extra, (ok) => {
         delivered = ok;
       }, limits);
+      onSent?.(channel);
     },
     destroy() {
       socket.destroy();
@@ -143,4 +170,5 @@ export function socketOutlet(socket: Duplex, ticket: Reservation, limits?: Tunne
       return socket as unknown as SendingSocket;
     },
   };
+  return channel;
 }

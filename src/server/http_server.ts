@@ -29,7 +29,7 @@ export interface TlsServing {
 }
 
 /** Timeouts and caps, from the bootstrap config. */
-export interface SubstrateLimits {
+export interface HttpServerLimits {
   readonly headerMs: number;
   readonly idleMs: number;
   readonly requestMs: number;
@@ -40,7 +40,7 @@ export interface SubstrateLimits {
 export type RequestHandler = (request: http.IncomingMessage, response: http.ServerResponse) => void;
 
 /** The server of one listener and how to close its connections. */
-export interface Substrate {
+export interface LaneHttpServer {
   readonly server: Server;
   /** Closes connections with no request in flight (HTTP/2: graceful GOAWAY). */
   closeIdle(): void;
@@ -55,12 +55,12 @@ export interface Substrate {
  * @param tls TLS settings, or undefined for plain HTTP
  * @param onRequest the lane's request handler
  */
-export function createSubstrate(
-  limits: SubstrateLimits,
+export function createHttpServer(
+  limits: HttpServerLimits,
   tls: TlsServing | undefined,
   onRequest: RequestHandler,
   onSlowHead: (socket: Socket) => void = (socket) => socket.destroy(),
-): Substrate {
+): LaneHttpServer {
   const httpOptions: http.ServerOptions = {
     maxHeaderSize: limits.headerBytes,
     // readHead refuses a Host-less HTTP/1.1 request itself, with the error envelope.
@@ -109,11 +109,11 @@ function closeSession(session: http2.ServerHttp2Session): void {
 
 /** HTTP/2 with an HTTP/1.1 fallback whose head and idle limits Portcullis keeps itself. */
 function http2Substrate(
-  limits: SubstrateLimits,
+  limits: HttpServerLimits,
   secure: tls.TlsOptions,
   onRequest: RequestHandler,
   onSlowHead: (socket: Socket) => void,
-): Substrate {
+): LaneHttpServer {
   const sessions = new Set<http2.ServerHttp2Session>();
   const fallback = new Set<Socket>();
   const clocks = new WeakMap<object, FallbackClock>();
@@ -171,7 +171,7 @@ class FallbackClock {
   #timer: number | undefined;
   #bytesAtArm = 0;
 
-  constructor(socket: Socket, limits: SubstrateLimits, onSlowHead: (socket: Socket) => void) {
+  constructor(socket: Socket, limits: HttpServerLimits, onSlowHead: (socket: Socket) => void) {
     this.#socket = socket;
     this.#idleMs = limits.idleMs;
     this.#onSlowHead = onSlowHead;

@@ -3,8 +3,8 @@
  *
  * @module
  */
-import type { FailureKind } from "../proxy/errors.ts";
-import type { StreamedBody } from "../proxy/stream.ts";
+import type { FailureKind } from "./errors.ts";
+import type { StreamedBody } from "./body_stream.ts";
 import type { Duplex } from "node:stream";
 
 /** A response a phase produced. */

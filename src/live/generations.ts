@@ -8,8 +8,8 @@
  *
  * @module
  */
-import type { FileSet } from "./file_set.ts";
-import { type ConfigProblem, problemFromError } from "./problems.ts";
+import type { FileSet } from "../config/file_set.ts";
+import { type ConfigProblem, problemFromError } from "../config/problems.ts";
 import { buildRegistry, type TenantRegistry } from "../proxy/tenants.ts";
 
 /** One live (or once live) tenant set. */

@@ -29,9 +29,9 @@ import {
   hashFileSet,
   isSafeRelativePath,
   writeFileSet,
-} from "./file_set.ts";
-import { readRooted, readRootedText, RootedReadError } from "./rooted_read.ts";
-import { describeIoError } from "./yaml_file.ts";
+} from "../config/file_set.ts";
+import { readRooted, readRootedText, RootedReadError } from "../config/rooted_read.ts";
+import { describeIoError } from "../config/yaml_file.ts";
 
 /** What `current.json` records. */
 export interface CachedGeneration {
@@ -74,7 +74,7 @@ const MAX_INDEX_BYTES = 16 * 1024 * 1024;
  * @example
  * ```ts
  * import { commitCache, stageCache, verifyCache } from "./cache.ts";
- * import { hashFileSet } from "./file_set.ts";
+ * import { hashFileSet } from "../config/file_set.ts";
  * const dir = await Deno.makeTempDir();
  * const files = new Map([["a.test.yaml", new TextEncoder().encode("host: a.test\n")]]);
  * await commitCache(dir, await stageCache(dir, files), await hashFileSet(files));

@@ -2,12 +2,13 @@
  * Failures are values with a kind. One table maps a kind to its status and its fixed,
  * classification-only message; one function turns a failure into the JSON error envelope
  * `{"error":{"code","message","request_id"}}`. Upstream detail, file paths and stack traces go to
- * logs and spans, never to the client.
+ * logs and spans, never to the client. The table serves both roles: an edge's phases and the hub's
+ * config stream answer through the same envelope.
  *
  * @module
  */
 import type { OverloadKind } from "../ledger/overload.ts";
-import type { Reply } from "../server/reply.ts";
+import type { Reply } from "./reply.ts";
 
 /** Where a failure came from. */
 export type FailureSource = "client" | "upstream" | "internal";
@@ -35,7 +36,16 @@ export type FailureKind =
   | "upstream_unreachable"
   | "upstream_failed"
   | "upstream_timeout"
-  | "internal_error";
+  | "internal_error"
+  // The hub's (its config stream and the nodes that follow it). `internal` is the hub's code for
+  // `internal_error`, kept because edges log the code the hub answered.
+  | "method_not_allowed"
+  | "bad_node_id"
+  | "unauthenticated"
+  | "wrong_node"
+  | "ambiguous_certificate"
+  | "node_not_allowed"
+  | "internal";
 
 interface KindInfo {
   readonly status: number;
@@ -129,6 +139,29 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "The upstream did not answer in time",
   },
   internal_error: { status: 500, source: "internal", message: "The gateway failed internally" },
+  method_not_allowed: {
+    status: 405,
+    source: "client",
+    message: "This route does not take this method",
+  },
+  bad_node_id: { status: 400, source: "client", message: "The node_id parameter is not a node id" },
+  unauthenticated: {
+    status: 401,
+    source: "client",
+    message: "The node could not be authenticated",
+  },
+  wrong_node: {
+    status: 403,
+    source: "client",
+    message: "The client certificate was issued to another node",
+  },
+  ambiguous_certificate: {
+    status: 403,
+    source: "client",
+    message: "The client certificate must name exactly one node (one CN)",
+  },
+  node_not_allowed: { status: 403, source: "client", message: "This node may not follow the hub" },
+  internal: { status: 500, source: "internal", message: "The hub could not answer" },
 };
 
 /** A classified failure; thrown or returned by a phase, answered by {@link failureReply}. */
@@ -181,4 +214,19 @@ export function failureReply(
     body: JSON.stringify({ error: { code: kind, message: info.message, request_id: requestId } }),
     failure: kind,
   };
+}
+
+/**
+ * One line for an error in a log: `name: message` for an Error, its string form otherwise.
+ *
+ * @param error what was thrown
+ * @example
+ * ```ts
+ * import { describeError } from "./errors.ts";
+ * describeError(new RangeError("Too far")); // "RangeError: Too far"
+ * describeError("gone"); // "gone"
+ * ```
+ */
+export function describeError(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

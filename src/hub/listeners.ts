@@ -1,0 +1,187 @@
+/**
+ * The hub's listeners. Each is made unarmed (a connection that arrives before arming is destroyed),
+ * bound in order, proven distinct from every other after binding (a port 0 or a wildcard is only
+ * known then), and armed only then. A request gets a request id (an inbound `X-Request-Id` kept by
+ * the edge's rule), its route's reply, or the `internal` failure when the route throws.
+ *
+ * @module
+ */
+import http from "node:http";
+import https from "node:https";
+import type { AddressInfo, Server, Socket } from "node:net";
+import { overlaps } from "../boot/distinct.ts";
+import { BootError } from "../boot/boot_error.ts";
+import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import { failureReply } from "../request/errors.ts";
+import type { Reply } from "../request/reply.ts";
+import { requestIdFor } from "../request/request_id.ts";
+import { bindServer } from "../server/bind.ts";
+import type { HubConfig, HubListenerRole } from "./config.ts";
+import { writeReply } from "./write_reply.ts";
+
+/** Answers one request: the reply to write, or none when the client has gone. */
+export type HubRoute = (
+  request: http.IncomingMessage,
+  response: http.ServerResponse,
+  requestId: string,
+) => Promise<Reply | undefined>;
+
+/** One listener to make: its role, where it binds, what answers it, and TLS for the api. */
+export interface ListenerSpec {
+  readonly role: HubListenerRole;
+  readonly address: ListenerAddress;
+  readonly route: HubRoute;
+  readonly tls?: https.ServerOptions;
+}
+
+/** A listener bound (or to be) and its live sockets. */
+interface BoundServer {
+  readonly role: HubListenerRole;
+  readonly address: ListenerAddress;
+  readonly server: Server;
+  readonly sockets: Set<Socket>;
+}
+
+/** Refused TLS handshakes are counted always and logged at most this often. */
+const TLS_LOG_INTERVAL_MS = 60_000;
+
+/** Refused TLS handshakes: every one counted (for status), logged at most once a minute. */
+export class TlsRefusals {
+  count = 0;
+  #loggedAt = -Infinity;
+  readonly #log: (line: string) => void;
+
+  /** @param log where the (rate-limited) refusal lines go */
+  constructor(log: (line: string) => void) {
+    this.#log = log;
+  }
+
+  /** Counts one refused handshake, and logs it unless one was logged within the interval. */
+  note(error: Error, socket: Socket): void {
+    this.count++;
+    if (Date.now() - this.#loggedAt < TLS_LOG_INTERVAL_MS) return;
+    this.#loggedAt = Date.now();
+    this.#log(
+      `portcullis: hub api: TLS handshake from ${socket.remoteAddress} refused: ` +
+        `${error.message} (${this.count} since start; logged at most once a minute)`,
+    );
+  }
+}
+
+/** The hub's listeners, from made to closed; see the module doc for the order. */
+export class HubListeners {
+  readonly #servers: BoundServer[];
+  readonly #listening: BoundServer[] = [];
+  #armed = false;
+
+  /**
+   * Makes every listener, unarmed.
+   *
+   * @param specs the listeners, in the order they bind
+   * @param options the hub's HTTP timeouts, and where refused handshakes are counted
+   */
+  constructor(
+    specs: readonly ListenerSpec[],
+    options: { readonly timeouts: HubConfig["timeouts"]; readonly refusals: TlsRefusals },
+  ) {
+    this.#servers = specs.map((spec) => makeServer(spec, options.timeouts));
+    for (const bound of this.#servers) {
+      bound.server.on("tlsClientError", (error: Error, socket: Socket) => {
+        options.refusals.note(error, socket);
+      });
+      bound.server.on("connection", (socket: Socket) => {
+        if (!this.#armed) return socket.destroy();
+        bound.sockets.add(socket);
+        socket.once("close", () => bound.sockets.delete(socket));
+      });
+    }
+  }
+
+  /**
+   * Binds every listener in order and proves no two overlap.
+   *
+   * @returns each listener's role and actual address
+   * @throws {BootError} when one cannot bind or two overlap (every bound one is closed first)
+   */
+  async bind(): Promise<{ role: HubListenerRole; address: ListenerAddress }[]> {
+    try {
+      for (const bound of this.#servers) {
+        const what = `Cannot bind the hub ${bound.role} listener on ${
+          formatAddress(bound.address)
+        }`;
+        await bindServer(bound.server, bound.address, what);
+        this.#listening.push(bound);
+      }
+    } catch (error) {
+      await this.close();
+      throw new BootError([(error as Error).message]);
+    }
+    const actual = this.#listening.map((bound) => ({
+      role: bound.role,
+      address: addressOf(bound),
+    }));
+    const clash = actual.flatMap((a, i) =>
+      actual.slice(i + 1).filter((b) => overlaps(a.address, b.address)).map((b) =>
+        `The ${a.role} listener ${formatAddress(a.address)} overlaps the ${b.role} listener ` +
+        formatAddress(b.address)
+      )
+    );
+    if (clash.length > 0) {
+      await this.close();
+      throw new BootError(clash);
+    }
+    return actual;
+  }
+
+  /** Lets connections in (until now each was destroyed on arrival). */
+  arm(): void {
+    this.#armed = true;
+  }
+
+  /** Closes every bound listener and destroys its sockets. */
+  async close(): Promise<void> {
+    await Promise.all(this.#listening.map(closeServer));
+  }
+}
+
+/** A node:http(s) server for one listener, its route answering through {@link writeReply}. */
+function makeServer(spec: ListenerSpec, timeouts: HubConfig["timeouts"]): BoundServer {
+  const { role, address, route, tls } = spec;
+  const onRequest = (request: http.IncomingMessage, response: http.ServerResponse) => {
+    const requestId = requestIdFor(request.headers["x-request-id"]);
+    route(request, response, requestId).then((reply) => {
+      if (reply) writeReply(response, reply, requestId);
+    }).catch((error) => {
+      if (!response.headersSent) {
+        writeReply(response, failureReply("internal", requestId), requestId);
+      } else response.destroy();
+      console.error(`portcullis: hub ${role} request failed: ${error}`);
+    });
+  };
+  const server = tls ? https.createServer(tls, onRequest) : http.createServer(onRequest);
+  server.headersTimeout = timeouts.headerMs;
+  server.requestTimeout = timeouts.headerMs;
+  server.keepAliveTimeout = timeouts.idleMs;
+  server.maxHeadersCount = 100;
+  return { role, address, server, sockets: new Set() };
+}
+
+/** Where a listener actually bound (a port 0 resolved). */
+function addressOf(bound: BoundServer): ListenerAddress {
+  const info = bound.server.address();
+  if (bound.address.kind === "unix" || info === null || typeof info === "string") {
+    return bound.address;
+  }
+  return { kind: "tcp", hostname: (info as AddressInfo).address, port: (info as AddressInfo).port };
+}
+
+/** Closes one listener (removing its socket file) and destroys its open sockets. */
+function closeServer(bound: BoundServer): Promise<void> {
+  return new Promise((resolve) => {
+    bound.server.close(async () => {
+      if (bound.address.kind === "unix") await Deno.remove(bound.address.path).catch(() => {});
+      resolve();
+    });
+    for (const socket of bound.sockets) socket.destroy();
+  });
+}

@@ -1,0 +1,58 @@
+/**
+ * Binding a listener: TCP with an exclusive port (or `SO_REUSEPORT` for request workers), or a Unix
+ * socket whose stale file is cleared first and whose mode is set to the owner only. Failures come
+ * back in an operator's words, prefixed with what was being bound.
+ *
+ * @module
+ */
+import type { Server } from "node:net";
+import type { ListenerAddress } from "../config/load.ts";
+import { clearStaleSocket } from "./unix_socket.ts";
+
+/**
+ * Binds `server` to `address` (a stale Unix socket file is cleared first; a live one is refused).
+ *
+ * @param what the start of the error message, naming what was being bound
+ * @throws {Error} `what` plus the reason in an operator's words
+ */
+export async function bindServer(
+  server: Server,
+  address: ListenerAddress,
+  what: string,
+  reusePort = false,
+): Promise<void> {
+  if (address.kind === "unix") {
+    const busy = await clearStaleSocket(address.path);
+    if (busy) throw new Error(`${what}: ${busy}`);
+  }
+  await new Promise<void>((resolve, reject) => {
+    const fail = (error: NodeJS.ErrnoException) => {
+      const reason = error.code === "EADDRINUSE"
+        ? "address already in use"
+        : error.code === "EACCES"
+        ? "permission denied by the OS"
+        : error.code === "ENOENT"
+        ? "its folder does not exist"
+        : error.name === "NotCapable"
+        ? "not granted by --allow-net"
+        : error.message;
+      reject(new Error(`${what}: ${reason}`));
+    };
+    server.once("error", fail);
+    const ready = async () => {
+      server.off("error", fail);
+      // Only the gateway's own user may connect: the socket's file mode is its peer check.
+      if (address.kind === "unix") await Deno.chmod(address.path, 0o600).catch(() => {});
+      resolve();
+    };
+    try {
+      if (address.kind === "unix") server.listen({ path: address.path }, ready);
+      else {
+        const { hostname: host, port } = address;
+        server.listen({ host, port, exclusive: true, ...(reusePort ? { reusePort } : {}) }, ready);
+      }
+    } catch (error) {
+      fail(error as NodeJS.ErrnoException);
+    }
+  });
+}

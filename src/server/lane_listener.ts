@@ -1,0 +1,429 @@
+/**
+ * One lane listener, as transport only: it accepts and counts connections, bounds pipelining,
+ * refuses bytes the parser gave up on, and hands each request to the lane's pipeline as an
+ * {@link Arrival}. It never looks at what a request asks for; the pipeline (src/pipeline/) does.
+ * There is no code path where a request field selects a lane: the lane is the listener's.
+ *
+ * - Connections are counted against the lane's ceiling when accepted, before any byte is parsed,
+ *   and closed unread until the boot checks armed the listener.
+ * - HTTP/1.1 connections get a parse gate and a {@link ConnectionState}: requests beyond the
+ *   connection's `per_connection` bound wait unparsed-ahead and are dropped if the client leaves.
+ * - A malformed request (or a head that took too long) gets a typed 400/431/408 written straight
+ *   onto the socket, in its turn after the requests parsed before it.
+ * - An `Upgrade` request reaches the pipeline with its socket, unless it offers h2c: h2c is never
+ *   switched to (through a gateway it would open an HTTP/2 connection to the backend that no route
+ *   or policy sees), so such a request is served as plain HTTP/1.1 — or refused when it has a body,
+ *   which the parser left unread on the socket.
+ * - A reply the client does not take is cut off (delivery_watch.ts); a quiet tunnel is closed.
+ *
+ * The head timeout, idle timeout and header-size cap are the HTTP server's (http_server.ts).
+ *
+ * @module
+ */
+import type http from "node:http";
+import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
+import type { ConnectionBudget, Ledger } from "../ledger/ledger.ts";
+import type { LaneName } from "../ledger/lane_names.ts";
+import type { Reservation } from "../ledger/reservation.ts";
+import type { ResponseStats } from "../observe/response_stats.ts";
+import type { PathRules } from "../request/canonical_path.ts";
+import { failureReply } from "../request/errors.ts";
+import type { Reply } from "../request/reply.ts";
+import { requestIdFor } from "../request/request_id.ts";
+import { ConnectionState } from "./connection_state.ts";
+import { DeliveryWatch } from "./delivery_watch.ts";
+import { createHttpServer, type LaneHttpServer, type TlsServing } from "./http_server.ts";
+import { ParseGate, preferListeners } from "./parse_gate.ts";
+import { writeRawReply } from "./raw_reply.ts";
+import { type ReplyChannel, responseChannel, socketChannel } from "./reply_channel.ts";
+import { writeReply } from "./write.ts";
+
+/** Server-level limits, from the bootstrap config. */
+export interface ServerLimits {
+  readonly headerMs: number;
+  readonly idleMs: number;
+  readonly requestMs: number;
+  readonly headerBytes: number;
+  readonly headers: number;
+  readonly targetBytes: number;
+  /** A reply whose waiting bytes the client does not take for this long is cut off. */
+  readonly sendMs: number;
+  /** While bytes wait, the least the client must take per second (0: any progress). */
+  readonly minSendRate: number;
+  /** An Upgrade tunnel quiet both ways this long is closed (absent: never). */
+  readonly tunnelIdleMs?: number;
+  /** How paths are made canonical. */
+  readonly paths: PathRules;
+}
+
+/** Why the transport cut a reply short. */
+export type CutReason = "send_timeout" | "tunnel_idle";
+
+/** One request as the transport hands it to the pipeline. */
+export interface Arrival {
+  readonly request: http.IncomingMessage;
+  /** The connection's budget in the ledger (shared by the requests of one connection). */
+  readonly connection: ConnectionBudget;
+  /** True when the listener speaks TLS. */
+  readonly tls: boolean;
+  /** The SNI name of a TLS connection, lower case. */
+  readonly serverName?: string;
+  /** An `Upgrade` request's socket and the bytes read past its head. */
+  readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
+  /** The stream whose close ends the request, and the socket whose bytes count as sent. */
+  readonly ending: {
+    readonly stream: { once(event: "close", listener: () => void): unknown };
+    readonly socket: { readonly bytesWritten?: number } | null | undefined;
+  };
+  /** Answers a request that was not admitted; an HTTP/1.1 connection is closed after it. */
+  refuse(reply: Reply, extra: Record<string, string>): void;
+  /**
+   * The channel of an admitted request's reply: it releases `ticket` exactly once, and tells
+   * `cut` when the transport cuts the reply short.
+   */
+  open(ticket: Reservation, cut: (reason: CutReason) => void): ReplyChannel;
+  /** Calls `listener` if the parser gives up inside this request's body. */
+  onBodyBroken(listener: () => void): void;
+}
+
+/** Options for {@link createLaneListener}. */
+export interface LaneListenerOptions {
+  readonly lane: LaneName;
+  readonly ledger: Ledger;
+  readonly stats: ResponseStats;
+  readonly limits: ServerLimits;
+  /** False until the boot checks passed; connections before that are closed unread. */
+  readonly armed: () => boolean;
+  /** TLS on this listener (the public lane with `tls`). */
+  readonly tls?: TlsServing;
+  /** The lane's pipeline: serves every request this listener parses. */
+  readonly serve: (arrival: Arrival) => void;
+  /** Hands `Upgrade` requests to the pipeline (a lane with a dataplane); else node refuses them. */
+  readonly upgrades: boolean;
+}
+
+/**
+ * Creates the server for one listener of one lane (not yet listening).
+ *
+ * @param options the lane, its ledger and counters, the limits, the arming switch, TLS, the pipeline
+ */
+export function createLaneListener(options: LaneListenerOptions): LaneHttpServer {
+  const listener = new LaneListener(options);
+  return listener.http;
+}
+
+/** The state of one listener: its connections, their budgets, and the watches it runs. */
+class LaneListener {
+  readonly http: LaneHttpServer;
+  readonly #options: LaneListenerOptions;
+  readonly #connections = new WeakMap<object, ConnectionBudget>();
+  /** Admitted requests with a body still arriving: how to end each if its body turns out broken. */
+  readonly #bodyBreakers = new WeakMap<object, () => void>();
+  readonly #deliveries: DeliveryWatch;
+
+  constructor(options: LaneListenerOptions) {
+    this.#options = options;
+    this.#deliveries = new DeliveryWatch(options.limits);
+    this.http = createHttpServer(
+      options.limits,
+      options.tls,
+      (request, response) => this.#request(request, response),
+      (socket) => this.#refuseMalformed(requestTimeout(), socket),
+    );
+    const server = this.http.server;
+    if (options.upgrades) {
+      server.on("upgrade", (request, socket: Duplex, head: Uint8Array) => {
+        this.#upgrade(request, socket, head);
+      });
+    }
+    server.on("connection", (socket: Socket) => this.#accept(socket));
+    this.#gateParsers();
+    server.on("clientError", (error: NodeJS.ErrnoException, socket: Duplex) => {
+      this.#refuseMalformed(error, socket);
+    });
+    server.on("close", () => this.#deliveries.stop());
+  }
+
+  /** Counts a new connection against the lane's ceiling, or closes it unread. */
+  #accept(socket: Socket): void {
+    const { armed, ledger, lane } = this.#options;
+    if (!armed() || !ledger.openConnection(lane)) {
+      socket.destroy();
+      return;
+    }
+    socket.once("close", () => ledger.closeConnection(lane));
+  }
+
+  /**
+   * HTTP/1.1 connections get a parse gate (parse_gate.ts): on the plain socket, or on the TLS
+   * socket node's HTTPS server parses. HTTP/2 multiplexes; its streams use the ledger's bound.
+   */
+  #gateParsers(): void {
+    const tls = this.#options.tls;
+    if (tls?.http2) return;
+    const server = this.http.server;
+    if (!tls) server.prependListener("connection", preferListeners);
+    server.on(tls ? "secureConnection" : "connection", (socket: Socket) => {
+      if (socket.destroyed) return;
+      const state = this.#newConnectionState(socket);
+      this.#connections.set(socket, state);
+      state.gate(new ParseGate(socket, (parser) => state.holdsParse(parser)));
+    });
+  }
+
+  /** An ordinary request: in its connection's order, then to the pipeline. */
+  #request(request: http.IncomingMessage, response: http.ServerResponse): void {
+    const connection = this.#connectionOf(request);
+    if (connection instanceof ConnectionState) {
+      // A client that has gone gets no work done for it, parsed or not.
+      if (request.socket.destroyed) return connection.drop();
+      // Parsed after the connection's end was decided: a strict peer would never have seen it.
+      if (connection.closing) return connection.drop();
+      if (!response.shouldKeepAlive) connection.close();
+      connection.reading = request;
+      if (connection.mustWait()) {
+        connection.wait(() => this.#options.serve(new ResponseArrival(this, request, response)));
+        return;
+      }
+    }
+    this.#options.serve(new ResponseArrival(this, request, response));
+  }
+
+  /** An `Upgrade` request: h2c is served as HTTP/1.1 (or refused with a body); others tunnel. */
+  #upgrade(request: http.IncomingMessage, socket: Duplex, head: Uint8Array): void {
+    const h2c = offersH2c(request.headers.upgrade);
+    const arrival = new SocketArrival(this, request, socket, h2c ? undefined : head);
+    if (h2c && announcesBody(request.headers)) {
+      // The body is unread on a socket node no longer parses: nothing can frame what follows.
+      const requestId = requestIdFor(request.headers["x-request-id"]);
+      this.stats.response(this.#options.lane, 400);
+      arrival.refuse(failureReply("bad_request", requestId), { "x-request-id": requestId });
+      return;
+    }
+    this.#options.serve(arrival);
+  }
+
+  get stats(): ResponseStats {
+    return this.#options.stats;
+  }
+
+  /** True when the listener speaks TLS. */
+  get tls(): boolean {
+    return this.#options.tls !== undefined;
+  }
+
+  get lane(): LaneName {
+    return this.#options.lane;
+  }
+
+  /**
+   * The connection's budget, made on its first request: for an HTTP/1.1 socket a
+   * {@link ConnectionState} (pipelined requests wait in it), for an HTTP/2 session a plain budget.
+   */
+  #connectionOf(request: http.IncomingMessage): ConnectionBudget {
+    const key = connectionKeyOf(request);
+    let budget = this.#connections.get(key);
+    if (!budget) {
+      budget = key === request.socket ? this.#newConnectionState(request.socket) : { active: 0 };
+      this.#connections.set(key, budget);
+    }
+    return budget;
+  }
+
+  connectionOf(request: http.IncomingMessage): ConnectionBudget {
+    return this.#connectionOf(request);
+  }
+
+  /** A connection's state, counting what it drops into the lane's stats. */
+  #newConnectionState(socket: Socket): ConnectionState {
+    const { ledger, stats, lane } = this.#options;
+    return new ConnectionState(socket, ledger.profile.perConnection, (dropped) => {
+      stats.abandoned(lane, dropped);
+    });
+  }
+
+  /** Remembers how to end `request` if the parser gives up inside its body. */
+  breakBodyOf(request: http.IncomingMessage, listener: () => void): void {
+    this.#bodyBreakers.set(request, listener);
+  }
+
+  /** Starts watching a reply's delivery: a client that does not take its bytes is cut off. */
+  watchDelivery(channel: ReplyChannel, cut: (reason: CutReason) => void): void {
+    if (channel.multiplexed || !channel.socket) return;
+    const stop = this.#deliveries.watch(() => channel.socket, () => {
+      this.stats.cut(this.lane, "send_timeout");
+      cut("send_timeout");
+      channel.destroy();
+    });
+    channel.onClose(stop);
+  }
+
+  get tunnelIdleMs(): number | undefined {
+    return this.#options.limits.tunnelIdleMs;
+  }
+
+  /** A connection the parser gave up on: a typed reply straight onto the socket, then close. */
+  #refuseMalformed(error: NodeJS.ErrnoException, socket: Duplex): void {
+    if (error.code === "ECONNRESET" || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    this.stats.protocolError(this.lane);
+    const kind = error.code === "HPE_HEADER_OVERFLOW"
+      ? "header_fields_too_large"
+      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+      ? "request_timeout"
+      : "bad_request";
+    const requestId = crypto.randomUUID();
+    const refuse = () => {
+      if (socket.destroyed) return;
+      writeRawReply(socket, failureReply(kind, requestId), { "x-request-id": requestId }, () => {});
+    };
+    const connection = this.#connections.get(socket);
+    if (!(connection instanceof ConnectionState)) return refuse();
+    // Its end was decided already: the reply that closes it says the last word.
+    if (connection.closing) return connection.fail();
+    // Inside an admitted request's body: that request can never be complete; it is ended and its
+    // own reply, in its turn, is the 400.
+    const reading = connection.reading;
+    const breakBody = reading && !reading.complete ? this.#bodyBreakers.get(reading) : undefined;
+    if (breakBody) {
+      connection.fail();
+      return breakBody();
+    }
+    // Otherwise the requests parsed before the bad bytes are answered first, in order; the 400
+    // comes last.
+    connection.finishWith(refuse);
+  }
+}
+
+/** An ordinary request and its `node:http` response. */
+class ResponseArrival implements Arrival {
+  readonly request: http.IncomingMessage;
+  readonly connection: ConnectionBudget;
+  readonly tls: boolean;
+  readonly serverName?: string;
+  readonly upgrade?: undefined;
+  readonly #listener: LaneListener;
+  readonly #response: http.ServerResponse;
+
+  constructor(
+    listener: LaneListener,
+    request: http.IncomingMessage,
+    response: http.ServerResponse,
+  ) {
+    this.#listener = listener;
+    this.#response = response;
+    this.request = request;
+    this.connection = listener.connectionOf(request);
+    this.tls = listener.tls;
+    this.serverName = serverNameOf(request);
+  }
+
+  get ending() {
+    return { stream: this.#response, socket: this.request.socket };
+  }
+
+  refuse(reply: Reply, extra: Record<string, string>): void {
+    // An HTTP/1.1 connection refused (capacity, rate, drain) is closed after the answer: the
+    // requests pipelined behind it are not parsed, admitted or answered one refusal at a time
+    // (a full lane made a pipelined flood cost one refusal per request).
+    const connection = this.connection;
+    if (connection instanceof ConnectionState) {
+      extra.connection = "close";
+      connection.close();
+    }
+    writeReply(this.#response, reply, extra);
+  }
+
+  open(ticket: Reservation, cut: (reason: CutReason) => void): ReplyChannel {
+    return responseChannel(this.#response, ticket, (channel) => {
+      this.#listener.watchDelivery(channel, cut);
+    });
+  }
+
+  onBodyBroken(listener: () => void): void {
+    this.#listener.breakBodyOf(this.request, listener);
+  }
+}
+
+/** An `Upgrade` request: the client socket is the gateway's to answer on or to tunnel. */
+class SocketArrival implements Arrival {
+  readonly request: http.IncomingMessage;
+  readonly connection: ConnectionBudget;
+  readonly tls: boolean;
+  readonly serverName?: string;
+  readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
+  readonly #listener: LaneListener;
+  readonly #socket: Duplex;
+
+  /** @param head the bytes past the head; undefined to serve the request as plain HTTP/1.1 */
+  constructor(
+    listener: LaneListener,
+    request: http.IncomingMessage,
+    socket: Duplex,
+    head: Uint8Array | undefined,
+  ) {
+    this.#listener = listener;
+    this.#socket = socket;
+    this.request = request;
+    this.connection = listener.connectionOf(request);
+    this.tls = listener.tls;
+    this.serverName = serverNameOf(request);
+    if (head) this.upgrade = { socket, head };
+  }
+
+  get ending() {
+    return { stream: this.#socket, socket: this.#socket as Socket };
+  }
+
+  refuse(reply: Reply, extra: Record<string, string>): void {
+    writeRawReply(this.#socket, reply, extra, () => {});
+  }
+
+  open(ticket: Reservation, cut: (reason: CutReason) => void): ReplyChannel {
+    const listener = this.#listener;
+    return socketChannel(this.#socket, ticket, {
+      tunnelIdleMs: listener.tunnelIdleMs,
+      idle() {
+        listener.stats.cut(listener.lane, "tunnel_idle");
+        cut("tunnel_idle");
+      },
+    }, (channel) => listener.watchDelivery(channel, cut));
+  }
+
+  onBodyBroken(listener: () => void): void {
+    this.#listener.breakBodyOf(this.request, listener);
+  }
+}
+
+/** The object a request's connection budget is kept under (its HTTP/2 session, or its socket). */
+function connectionKeyOf(request: http.IncomingMessage): object {
+  return (request as unknown as { stream?: { session?: object } }).stream?.session ??
+    request.socket;
+}
+
+/** The SNI name of a TLS connection (lower case), or undefined for plain connections. */
+function serverNameOf(request: http.IncomingMessage): string | undefined {
+  const stream = (request as unknown as { stream?: { session?: { socket?: unknown } } }).stream;
+  const socket = (stream?.session?.socket ?? request.socket) as { servername?: string | false };
+  const name = socket?.servername;
+  return typeof name === "string" && name !== "" ? name.toLowerCase() : undefined;
+}
+
+function requestTimeout(): NodeJS.ErrnoException {
+  return Object.assign(new Error("Request timeout"), { code: "ERR_HTTP_REQUEST_TIMEOUT" });
+}
+
+/** True when an Upgrade field offers `h2c` (in any case, among other protocols or alone). */
+function offersH2c(upgrade: string | undefined): boolean {
+  return upgrade !== undefined &&
+    upgrade.split(",").some((token) => token.trim().toLowerCase().split("/")[0] === "h2c");
+}
+
+/** True when a request head announces a body (chunked, or a non-zero Content-Length). */
+function announcesBody(headers: http.IncomingHttpHeaders): boolean {
+  const length = headers["content-length"];
+  return headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
+}
