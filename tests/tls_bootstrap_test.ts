@@ -21,6 +21,7 @@ import {
 import { json, request } from "./fixtures/http_client.ts";
 import { type ConfigObject, type TestEdge, waitFor, withEdge } from "./fixtures/in_process.ts";
 import { ADMIN_AUTH } from "./fixtures/gateway.ts";
+import { BootError } from "../src/boot/boot_error.ts";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -80,6 +81,23 @@ tlsTest("tls bootstrap: without tls.name the bootstrap certificate names the nod
     assert.equal((await tlsHealth(t)).bootstrap, true);
   });
 });
+
+tlsTest(
+  "tls bootstrap: a bootstrap certificate that cannot be made refuses the boot, stopping the rest",
+  async () => {
+    // "1.2.3" passes as a host name, but the certificate would carry it as an IP address, which it
+    // is not. The runtime folder watch and the egress's idle sweep start before the certificates:
+    // the sanitizers of tlsTest fail this test if the refused boot leaves their watchFs or timers.
+    const error = await tlsEdge({ name: "1.2.3" }, () => Promise.resolve()).then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(error instanceof BootError, `expected a BootError, got ${error}`);
+    assert.deepEqual(error.reasons, [
+      'Cannot load the TLS certificates (bootstrap name "1.2.3"): Invalid IPv6 address',
+    ]);
+  },
+);
 
 /**
  * Boots with a certificate entry for a.test whose files do not exist yet (so the bootstrap

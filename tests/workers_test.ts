@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { stringify } from "yaml";
 import type { LaneListener } from "../src/boot/distinct.ts";
-import { compareWorkers } from "../src/edge/workers.ts";
+import { compareWorkers } from "../src/edge/arm_gate.ts";
 import { Egress } from "../src/egress/egress.ts";
 import { egressSettings } from "../src/egress/settings.ts";
 import { shareEgress } from "../src/egress/share.ts";

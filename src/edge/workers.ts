@@ -7,23 +7,25 @@
  * are rebuilt in every other worker from the same files; egress outcomes are shared in batches.
  *
  * Nothing is served before every worker has bound its listeners and the sets were checked
- * together: each worker must hold exactly worker 0's TCP listeners, lane for lane.
+ * together: each worker must hold exactly worker 0's TCP listeners, lane for lane (arm_gate.ts).
+ * Here is the pool's life — spawn, arm, drain or close, losing a worker — and the memory they all
+ * share; what worker 0 relays to the others while they serve (generations, the rejection record,
+ * answers to their calls) is mirror_relay.ts.
  *
  * @module
  */
-import type { LaneListener } from "../boot/distinct.ts";
-import type { Generation, Rejection } from "../live/generations.ts";
-import type { ConfigProblem } from "../config/problems.ts";
-import { formatAddress, runsWorkers } from "../config/load.ts";
+import { runsWorkers } from "../config/load.ts";
 import { type LedgerBuffers, LedgerMemory } from "../ledger/memory.ts";
 import { ResponseStats } from "../observe/response_stats.ts";
 import { BootError } from "../boot/boot_error.ts";
 import { type Edge, type EdgeOptions, startEdge } from "./edge.ts";
-import { type EdgePlan, firstGenerationNumber, type RuntimeSnapshot } from "./plan.ts";
+import { type EdgePlan, firstGenerationNumber } from "./plan.ts";
 import type { EdgeServices } from "../pipeline/services.ts";
-import type { GenerationData, ToOwner, ToWorker } from "./worker_messages.ts";
+import type { ToOwner, ToWorker } from "./worker_messages.ts";
 import type { WorkerRole } from "./worker_role.ts";
-import { describeListener } from "./listeners.ts";
+import { ArmGate } from "./arm_gate.ts";
+import { generationData, MirrorRelay, ownerCall } from "./mirror_relay.ts";
+import { LATE, within } from "./within.ts";
 
 /**
  * Starts an edge with `plan.config.workers` public request workers beside worker 0 — or, with
@@ -67,15 +69,6 @@ function allocateShared(count: number, firstNumber: number): SharedMemory {
   return { count, ledger, stats, egressChannel, generation };
 }
 
-/** A generation being built in the other workers. */
-interface Preparing {
-  /** The workers that have not answered yet. */
-  readonly left: Set<number>;
-  readonly problems: ConfigProblem[];
-  /** A worker answered, or stopped. */
-  readonly built: (worker: number) => void;
-}
-
 /** One public request worker as worker 0 tracks it. */
 interface PublicWorker {
   readonly index: number;
@@ -97,11 +90,8 @@ class WorkerPool {
   readonly #firstNumber: number;
   readonly #shared: SharedMemory;
   readonly #gate: ArmGate;
+  readonly #relay: MirrorRelay;
   readonly #workers: Worker[] = [];
-  /** Workers still running: a generation waits for these to build it, and only these. */
-  readonly #live = new Set<number>();
-  /** Generations being built in the other workers, by number. */
-  readonly #preparing = new Map<number, Preparing>();
   /** One per public worker: resolves when it has stopped. */
   readonly #finished: Promise<void>[] = [];
   /** One per public worker: resolves when it serves. */
@@ -119,6 +109,7 @@ class WorkerPool {
     this.#firstNumber = firstGenerationNumber(plan.runtime);
     this.#shared = allocateShared(count, this.#firstNumber);
     this.#gate = new ArmGate(count);
+    this.#relay = new MirrorRelay((message) => this.#post(message));
   }
 
   /** Starts workers 1 … N, each told to load the config and bind the public lane's listeners. */
@@ -133,7 +124,7 @@ class WorkerPool {
       name: `portcullis-worker-${index}`,
     });
     this.#workers.push(worker);
-    this.#live.add(index);
+    this.#relay.joined(index);
     let done!: () => void;
     this.#finished.push(new Promise((resolve) => done = resolve));
     let armed!: () => void;
@@ -164,8 +155,7 @@ class WorkerPool {
   #lost({ index, done }: PublicWorker, reason: string): void {
     this.#gate.fail([`Worker ${index} failed: ${reason}`]);
     // After boot the kernel stops handing connections to a closed socket; the others serve on.
-    this.#live.delete(index);
-    for (const pending of this.#preparing.values()) pending.built(index);
+    this.#relay.lost(index);
     if (this.#edge) {
       const lost = this.#edge.services.ledger.reclaim(index);
       this.log(
@@ -190,12 +180,7 @@ class WorkerPool {
       this.#gate.fail(message.reasons.map((reason) => `Worker ${index}: ${reason}`));
       done();
     } else if (message.type === "prepared") {
-      const pending = this.#preparing.get(message.number);
-      pending?.problems.push(...message.problems.map((p) => ({
-        ...p,
-        message: `Worker ${index} could not build it: ${p.message}`,
-      })));
-      pending?.built(index);
+      this.#relay.prepared(index, message.number, message.problems);
     } else if (message.type === "counts") {
       edge?.services.policyStats.absorb(index, message.policy);
       edge?.services.observer.metrics.absorb(index, message.requests);
@@ -241,44 +226,13 @@ class WorkerPool {
       ...this.#shared,
       armGate: (listeners) => this.#gate.report(0, listeners),
       drainAll: () => this.drainAll(),
-      prepareElsewhere: (generation) => this.#prepareElsewhere(generation),
+      prepareElsewhere: (generation) => this.#relay.prepareElsewhere(generation),
     };
-  }
-
-  /** Builds a generation in every running public worker (10 s at most) before worker 0 swaps. */
-  async #prepareElsewhere(g: Generation): Promise<ConfigProblem[]> {
-    const problems: ConfigProblem[] = [];
-    const left = new Set(this.#live);
-    const ready = new Promise<void>((done) => {
-      const built = (worker: number) => {
-        left.delete(worker);
-        if (left.size === 0) done();
-      };
-      this.#preparing.set(g.number, { left, problems, built });
-      if (left.size === 0) done();
-    });
-    this.#post({ type: "prepare", ...generationData(g, g.number, g.loadedAt) });
-    if (await within(ready, 10_000) === LATE) {
-      problems.push({
-        file: g.dir,
-        path: [],
-        message: `Worker(s) ${[...left].join(", ")} did not build the set within 10 s`,
-      });
-    }
-    this.#preparing.delete(g.number);
-    return problems;
   }
 
   /** Sends the owner's rejection record to every worker whenever it changes. */
   mirrorRejections(edge: Edge): void {
-    const store = edge.services.config;
-    store.onStatus(() =>
-      this.#post({
-        type: "status",
-        rejected: store.lastRejected as Rejection | undefined,
-        superseded: store.rejectionSuperseded,
-      })
-    );
+    this.#relay.mirrorRejections(edge);
   }
 
   /** The edge as callers see it: worker 0's services; drain, close and finished span all. */
@@ -319,140 +273,4 @@ class WorkerPool {
   #post(message: ToWorker): void {
     for (const worker of this.#workers) worker.postMessage(message);
   }
-}
-
-const LATE = Symbol("late");
-
-/** Resolves with `promise`'s value, or {@link LATE} when `ms` pass first. */
-async function within<T>(promise: Promise<T>, ms: number): Promise<T | typeof LATE> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<typeof LATE>((resolve) => timer = setTimeout(() => resolve(LATE), ms));
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** A generation as plain data for another worker. */
-function generationData(
-  set: RuntimeSnapshot,
-  number: number,
-  loadedAt: number,
-): GenerationData {
-  return {
-    number,
-    loadedAt,
-    hash: set.hash,
-    source: set.source,
-    dir: set.dir,
-    texts: [...set.texts],
-  };
-}
-
-/** Answers a mirror's call on the owner's edge. */
-async function ownerCall(
-  edge: Edge | undefined,
-  id: number,
-  method: "reload" | "hubStatus",
-): Promise<ToWorker> {
-  try {
-    if (!edge) throw new Error("The edge is not running yet");
-    const services = edge.services;
-    if (method === "hubStatus") {
-      return { type: "result", id, value: await services.hubStatus?.() ?? null };
-    }
-    if (!services.reloadConfig) throw new Error("This edge has no runtime source to reload");
-    const outcome = await services.reloadConfig();
-    return {
-      type: "result",
-      id,
-      value: outcome.outcome === "rejected"
-        ? { outcome: "rejected", rejection: outcome.rejection }
-        : { outcome: outcome.outcome },
-    };
-  } catch (error) {
-    return { type: "result", id, error: (error as Error).message };
-  }
-}
-
-/**
- * Holds every worker's arming until all have bound, then checks the sets together: each worker
- * must hold worker 0's TCP listeners exactly (same lane, role and index for each address).
- */
-class ArmGate {
-  readonly #count: number;
-  readonly #reports = new Map<number, readonly LaneListener[]>();
-  readonly #decided: Promise<void>;
-  #resolve!: () => void;
-  #reject!: (error: BootError) => void;
-  #failed = false;
-
-  constructor(count: number) {
-    this.#count = count;
-    this.#decided = new Promise((resolve, reject) => {
-      this.#resolve = resolve;
-      this.#reject = reject;
-    });
-    this.#decided.catch(() => {});
-  }
-
-  report(index: number, listeners: readonly LaneListener[]): Promise<void> {
-    this.#reports.set(index, listeners);
-    if (this.#reports.size === this.#count && !this.#failed) {
-      const reasons = compareWorkers(this.#reports);
-      if (reasons.length > 0) this.fail(reasons);
-      else this.#resolve();
-    }
-    return this.#decided;
-  }
-
-  fail(reasons: readonly string[]): void {
-    if (this.#failed) return;
-    this.#failed = true;
-    this.#reject(new BootError(reasons));
-  }
-}
-
-/**
- * One listener of one worker, as the workers' sets are compared and as a refusal names it:
- * `lane "public" listener 0 on 127.0.0.1:8080`.
- */
-function describeWorkerListener(listener: LaneListener): string {
-  return `${describeListener(listener)} listener ${listener.index} on ${
-    formatAddress(listener.address)
-  }`;
-}
-
-/**
- * Reasons the workers' listener sets are wrong; empty when worker 0 holds only protected-lane and
- * Unix listeners and every public worker holds exactly the same public TCP listeners.
- */
-export function compareWorkers(reports: ReadonlyMap<number, readonly LaneListener[]>): string[] {
-  const reasons: string[] = [];
-  for (const listener of reports.get(0) ?? []) {
-    if (listener.lane === "public" && listener.address.kind === "tcp") {
-      reasons.push(`Worker 0 bound ${describeWorkerListener(listener)}; the public workers own it`);
-    }
-  }
-  const reference = new Set((reports.get(1) ?? []).map(describeWorkerListener));
-  for (const [index, listeners] of reports) {
-    if (index === 0) continue;
-    const mine = new Set(listeners.map(describeWorkerListener));
-    for (const listener of listeners) {
-      if (listener.lane !== "public" || listener.address.kind !== "tcp") {
-        reasons.push(
-          `Worker ${index} bound ${describeWorkerListener(listener)}; only worker 0 may`,
-        );
-      }
-    }
-    if (index === 1) continue;
-    for (const item of mine) {
-      if (!reference.has(item)) reasons.push(`Worker ${index} bound ${item}; worker 1 did not`);
-    }
-    for (const item of reference) {
-      if (!mine.has(item)) reasons.push(`Worker ${index} did not bind ${item}`);
-    }
-  }
-  return reasons;
 }

@@ -1,0 +1,220 @@
+/**
+ * The boot steps of an edge that run before any listener exists, in the order `startEdge` runs
+ * them: start the runtime source, load the credentials, load the certificates, create the
+ * observer. Each is a named function that reads the {@link BootContext} and records in the
+ * {@link Lifecycle} what it started; a step that can fail abandons the boot (`Lifecycle.abandon`
+ * stops everything started so far) before refusing it, so a refused boot leaves no watch, timer or
+ * channel behind.
+ *
+ * @module
+ */
+import { BootError } from "../boot/boot_error.ts";
+import type { HubClientConfig } from "../config/load.ts";
+import { readNamedFile } from "../config/rooted_read.ts";
+import { AccessLog } from "../observe/access_log.ts";
+import { BufferedLines, Observer } from "../observe/observer.ts";
+import { RequestMetrics } from "../observe/request_metrics.ts";
+import { TenantLabels } from "../observe/tenant_label.ts";
+import type { Tracing } from "../observe/tracing.ts";
+import { shareEgress } from "../egress/share.ts";
+import { ConfigStore } from "../live/generations.ts";
+import { type RuntimeReloader, runtimeReloader } from "../live/runtime_watch.ts";
+import { followHub, type HubFollower } from "../live/hub_client.ts";
+import { CertStore } from "../tls/certificates.ts";
+import { watchCertificates } from "../tls/watch.ts";
+import { AdminCredential } from "../server/admin.ts";
+import { checkReach, firstGenerationNumber } from "./plan.ts";
+import type { BootContext } from "./boot_context.ts";
+import type { Lifecycle } from "./lifecycle.ts";
+
+/** What runs beside the listeners from boot on: the generation store and what feeds it. */
+export interface Runtime {
+  readonly store: ConfigStore;
+  /** Local mode, owner only: the folder watch. */
+  readonly reloader?: RuntimeReloader;
+  /** Remote mode, owner only: the hub stream. */
+  readonly follower?: HubFollower;
+  /** The access-log batches, unless the options take the lines. */
+  readonly lines?: BufferedLines;
+}
+
+/**
+ * Starts the runtime source (the owner's folder watch or hub stream), the egress sharing between
+ * workers and the access-log batching, and tells `life` how to stop them all.
+ */
+export function startRuntime(boot: BootContext, life: Lifecycle): Runtime {
+  const { plan, worker, owns, log, options } = boot;
+  const runtime = plan.config.runtime;
+  const store = createStore(boot);
+  const reloader = owns && runtime.kind === "local"
+    ? runtimeReloader(runtime.dir, store, {
+      watch: runtime.watch,
+      debounceMs: runtime.debounceMs,
+      log,
+    })
+    : undefined;
+  const follower = owns && runtime.kind === "remote"
+    ? followHub(store, {
+      nodeId: plan.config.nodeId,
+      hub: runtime.hub,
+      cacheDir: runtime.cacheDir,
+      log,
+      random: options.random,
+    })
+    : undefined;
+  const stopSharing = worker ? shareEgress(life.egress, worker.egressChannel) : () => {};
+  const lines = options.accessLog ? undefined : new BufferedLines();
+  life.stopRuntime = () => {
+    reloader?.stop();
+    follower?.stop();
+    stopSharing();
+    lines?.close();
+  };
+  return { store, reloader, follower, lines };
+}
+
+/** The generation store, holding the planned first generation (numbered as the owner numbers it). */
+function createStore({ plan, worker }: BootContext): ConfigStore {
+  return new ConfigStore(
+    {
+      number: worker?.first?.number ?? firstGenerationNumber(plan.runtime),
+      hash: plan.runtime.hash,
+      loadedAt: worker?.first?.loadedAt ?? Date.now(),
+      source: plan.runtime.source,
+      dir: plan.runtime.dir,
+      registry: plan.tenants,
+      texts: plan.runtime.texts,
+    },
+    (registry) => checkReach(plan.config, registry),
+    worker && {
+      pointer: new Int32Array(worker.generation),
+      prepareElsewhere: worker.prepareElsewhere,
+    },
+  );
+}
+
+/**
+ * Loads the admin token and, for a hub-fed owner, reads the hub credentials: an unreadable one is
+ * a config error that undoes the boot so far and refuses it, not a hub outage to wait out.
+ */
+export async function loadCredentials(
+  boot: BootContext,
+  life: Lifecycle,
+): Promise<AdminCredential> {
+  const { plan, owns } = boot;
+  const runtime = plan.config.runtime;
+  try {
+    const tokenFile = plan.config.admin.tokenFile;
+    const admin = tokenFile ? await AdminCredential.load(tokenFile) : AdminCredential.none();
+    // A hub credential the edge could never use is a config error, not a hub outage to wait out.
+    if (owns && runtime.kind === "remote") await checkHubCredentials(runtime.hub);
+    return admin;
+  } catch (error) {
+    await life.abandon();
+    throw new BootError([(error as Error).message]);
+  }
+}
+
+/** Reads the hub credentials once, as every request to the hub will (rooted, secrets 0600). */
+async function checkHubCredentials(hub: HubClientConfig): Promise<void> {
+  if (hub.tls) {
+    await readNamedFile(hub.tls.caFile, "hub.tls.ca_file");
+    await readNamedFile(hub.tls.certFile, "hub.tls.cert_file");
+    await readNamedFile(hub.tls.keyFile, "hub.tls.key_file", { secret: true });
+  } else if (hub.tokenFile) {
+    await readNamedFile(hub.tokenFile, "hub.token_file", { secret: true });
+  }
+}
+
+/**
+ * With `tls`: loads the certificates before any listener exists (so the first handshake has one),
+ * warns about HTTP/2, and starts the certificate watch, telling `life` how to stop it.
+ *
+ * A certificate file that fails is only a problem the load reports (the bootstrap certificate
+ * serves meanwhile); a load that throws — the bootstrap certificate cannot be made for `tls.name`
+ * — undoes the boot so far (runtime source, egress) and refuses it.
+ */
+export async function startCertificates(
+  { plan, log }: BootContext,
+  life: Lifecycle,
+): Promise<CertStore | undefined> {
+  const tlsConfig = plan.config.tls;
+  const certs = tlsConfig &&
+    new CertStore({
+      sources: tlsConfig.certificates,
+      minVersion: tlsConfig.minVersion,
+      bootstrapName: tlsConfig.name,
+      log,
+    });
+  if (certs) {
+    try {
+      await certs.reload();
+    } catch (error) {
+      await life.abandon();
+      throw new BootError([
+        `Cannot load the TLS certificates (bootstrap name "${tlsConfig.name}"): ${
+          (error as Error).message
+        }`,
+      ]);
+    }
+  }
+  if (tlsConfig?.http2) {
+    log(
+      "portcullis: warning: tls.http2 is on; Deno 2.9.6's node:http2 has aborted the process " +
+        "under concurrent HTTP/2 load in testing (docs/decisions.md §8)",
+    );
+  }
+  if (certs && tlsConfig.watch && tlsConfig.certificates.length > 0) {
+    life.stopWatching = watchCertificates(
+      certs,
+      tlsConfig.certificates.flatMap((c) => [c.certFile, c.keyFile]),
+      log,
+    );
+  }
+  return certs;
+}
+
+/**
+ * The observer (metrics, access log, traces) with its tenant labels; the owner says once when no
+ * line can carry a tenant and when spans leave the process.
+ */
+export async function createObserver(
+  boot: BootContext,
+  tracing: Tracing,
+  lines: BufferedLines | undefined,
+): Promise<Observer> {
+  const { plan, options, owns, log } = boot;
+  const observe = plan.config.observe;
+  const labels = await readLabels(boot);
+  if (tracing.enabled && owns) {
+    log(
+      "portcullis: warning: tracing is on; Deno's OpenTelemetry exporter sends spans to " +
+        "OTEL_EXPORTER_OTLP_ENDPOINT outside --allow-net (point it at a collector on loopback)",
+    );
+  }
+  return new Observer({
+    tracing,
+    metrics: new RequestMetrics(),
+    accessLog: new AccessLog({ ...observe.accessLog, write: options.accessLog ?? lines!.push }),
+    labels,
+  });
+}
+
+/** The salted tenant labels from `observe.salt_file`; none (and a line saying so) without one. */
+async function readLabels({ plan, owns, log }: BootContext): Promise<TenantLabels | undefined> {
+  const observe = plan.config.observe;
+  if (observe.saltFile) {
+    const read = await TenantLabels.fromFile(observe.saltFile);
+    if (read.problem && owns) {
+      log(`portcullis: warning: ${read.problem}; no metric or log line carries a tenant`);
+    }
+    return read.labels;
+  }
+  if (owns) {
+    log(
+      "portcullis: observe.salt_file is not set, so no metric, log line or span carries a " +
+        "tenant (tenant labels are salted hashes, never plain hosts)",
+    );
+  }
+  return undefined;
+}

@@ -1,0 +1,69 @@
+/**
+ * What an armed edge does about open-file descriptors: after an exhaustion (EMFILE) its listeners
+ * stop accepting, so the watch re-arms them once descriptors are free again (unless the edge is
+ * draining), and on every check it writes this isolate's gauges into its stripe of the shared
+ * ledger memory. It is started last, once the edge is armed, and stopped by the
+ * {@link Lifecycle}'s shutdown.
+ *
+ * @module
+ */
+import { COUNTER_INDEX } from "../ledger/memory.ts";
+import { type DescriptorState, DescriptorWatch } from "../server/descriptors.ts";
+import { describeListener, nudge, rearm } from "./listeners.ts";
+import type { BootContext } from "./boot_context.ts";
+import type { Lifecycle } from "./lifecycle.ts";
+
+/**
+ * Starts the descriptor watch: after an open-file exhaustion it makes the listeners accept again
+ * (unless draining), and on every check it writes this isolate's gauges.
+ */
+export function watchDescriptors(
+  { plan, worker, log }: BootContext,
+  life: Lifecycle,
+): DescriptorWatch {
+  const reusePort = worker !== undefined;
+  const descriptors = new DescriptorWatch({
+    canary: plan.config.file,
+    log,
+    async rearm() {
+      if (life.state.draining) return 0;
+      let count = 0;
+      for (const grant of life.listening) {
+        try {
+          await rearm(grant, reusePort);
+          count++;
+        } catch (error) {
+          log(`portcullis: ${describeListener(grant)} could not be re-armed: ${error}`);
+        }
+      }
+      return count;
+    },
+    nudge() {
+      if (life.state.draining) return;
+      for (const grant of life.listening) nudge(grant);
+    },
+    report: (fds) => reportGauges(life, fds),
+  });
+  descriptors.start();
+  void descriptors.check();
+  return descriptors;
+}
+
+/**
+ * Writes upstream sockets, descriptor state and heap into this isolate's share, in its own stripe;
+ * /v1/health and /metrics sum the stripes.
+ */
+function reportGauges({ ledger, egress }: Lifecycle, fds: DescriptorState): void {
+  const sockets = egress.sockets();
+  const memory = ledger.memory;
+  memory.set(COUNTER_INDEX.upstreamActive, sockets.active);
+  memory.set(COUNTER_INDEX.upstreamIdle, sockets.idle);
+  memory.set(COUNTER_INDEX.upstreamConnecting, sockets.connecting);
+  memory.set(COUNTER_INDEX.tunnels, sockets.tunnels);
+  memory.set(COUNTER_INDEX.descriptorsExhausted, fds.exhausted ? 1 : 0);
+  memory.set(COUNTER_INDEX.descriptorExhaustions, fds.exhaustions);
+  memory.set(COUNTER_INDEX.listenerRearms, fds.rearms);
+  const heap = Deno.memoryUsage();
+  memory.set(COUNTER_INDEX.heapUsed, heap.heapUsed);
+  memory.set(COUNTER_INDEX.heapTotal, heap.heapTotal);
+}
