@@ -7,7 +7,7 @@
  */
 import { configStatus } from "../src/live/generations.ts";
 import { LANE_NAMES } from "../src/ledger/lane_names.ts";
-import { COUNTER_INDEX, G } from "../src/ledger/memory.ts";
+import { COUNTER_INDEX, GAUGE_INDEX } from "../src/ledger/memory.ts";
 import { formatPath } from "../src/config/problems.ts";
 import type { EdgeServices } from "../src/pipeline/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
@@ -89,19 +89,19 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       path: "/metrics",
       methods: READ,
       handle: function metrics(context, services) {
-        const text = renderMetrics(
-          snapshotLedger(services.ledger, context.ticket),
-          services.stats,
-          services.egress.snapshot(),
-          {
+        const text = renderMetrics({
+          ledger: snapshotLedger(services.ledger, context.ticket),
+          stats: services.stats,
+          egress: services.egress.snapshot(),
+          edge: {
             version: services.version,
             draining: services.state.draining,
             ready: services.state.ready,
             uptimeSeconds: (Date.now() - services.startedAt) / 1000,
             sockets: socketsView(services),
           },
-          policyFacts(services),
-          {
+          policy: policyFacts(services),
+          observe: {
             metrics: services.observer.metrics,
             labelled: services.observer.labelled,
             generation: services.config.current.number,
@@ -115,7 +115,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
               notAfter: Date.parse(c.not_after),
             })),
           },
-        );
+        });
         return {
           status: 200,
           headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
@@ -215,7 +215,7 @@ function workersView(services: EdgeServices): { count: number; admitted: number[
 export function socketsView(services: EdgeServices) {
   const memory = services.ledger.memory;
   const clients = Object.fromEntries(
-    LANE_NAMES.map((lane, index) => [lane, memory.gauge(G.connections(index))]),
+    LANE_NAMES.map((lane, index) => [lane, memory.gauge(GAUGE_INDEX.connections(index))]),
   );
   const files = services.files;
   return {

@@ -10,7 +10,7 @@
  * @module
  */
 import { laneIndex, type LaneName } from "./lane_names.ts";
-import { COUNTER_INDEX, G, LedgerMemory } from "./memory.ts";
+import { COUNTER_INDEX, GAUGE_INDEX, LedgerMemory } from "./memory.ts";
 import type { Overload, OverloadKind } from "./overload.ts";
 import type { Profile } from "./profile.ts";
 import { type CompiledRate, compileRate, spendConnectionToken, spendToken } from "./rate_budget.ts";
@@ -117,19 +117,19 @@ export class Ledger implements ReservationOwner {
     }
 
     let fromReserve = false;
-    if (profile.reserve > 0 && memory.tryTake(G.reserveUsed(index), 1, profile.reserve)) {
+    if (profile.reserve > 0 && memory.tryTake(GAUGE_INDEX.reserveUsed(index), 1, profile.reserve)) {
       fromReserve = true;
     } else {
-      if (!memory.tryTake(G.generalUsed(index), 1, profile.maxSlots - profile.reserve)) {
+      if (!memory.tryTake(GAUGE_INDEX.generalUsed(index), 1, profile.maxSlots - profile.reserve)) {
         return this.#refuse(index, "lane_pool_full");
       }
-      if (!memory.tryTake(G.generalTotal, 1, this.profile.generalPool)) {
-        memory.give(G.generalUsed(index), 1);
+      if (!memory.tryTake(GAUGE_INDEX.generalTotal, 1, this.profile.generalPool)) {
+        memory.give(GAUGE_INDEX.generalUsed(index), 1);
         return this.#refuse(index, "aggregate_full");
       }
-      if (!memory.tryTake(G.generalBytes, profile.footprint, this.profile.generalBytes)) {
-        memory.give(G.generalTotal, 1);
-        memory.give(G.generalUsed(index), 1);
+      if (!memory.tryTake(GAUGE_INDEX.generalBytes, profile.footprint, this.profile.generalBytes)) {
+        memory.give(GAUGE_INDEX.generalTotal, 1);
+        memory.give(GAUGE_INDEX.generalUsed(index), 1);
         return this.#refuse(index, "byte_budget");
       }
     }
@@ -137,8 +137,8 @@ export class Ledger implements ReservationOwner {
       fromReserve ? COUNTER_INDEX.heldReserve(index) : COUNTER_INDEX.heldGeneral(index),
       1,
     );
-    const inUse = Atomics.add(memory.gauges, G.inUse, 1) + 1;
-    memory.raise(G.highWater, inUse);
+    const inUse = Atomics.add(memory.gauges, GAUGE_INDEX.inUse, 1) + 1;
+    memory.raise(GAUGE_INDEX.highWater, inUse);
     memory.bump(COUNTER_INDEX.admitted(index));
     if (connection) connection.active++;
     return new Reservation(this, lane, index, fromReserve, now + profile.deadlineMs, connection);
@@ -153,13 +153,13 @@ export class Ledger implements ReservationOwner {
       -1,
     );
     if (ticket.fromReserve) {
-      memory.give(G.reserveUsed(index), 1);
+      memory.give(GAUGE_INDEX.reserveUsed(index), 1);
     } else {
-      memory.give(G.generalBytes, this.profile.lanes[index].footprint);
-      memory.give(G.generalTotal, 1);
-      memory.give(G.generalUsed(index), 1);
+      memory.give(GAUGE_INDEX.generalBytes, this.profile.lanes[index].footprint);
+      memory.give(GAUGE_INDEX.generalTotal, 1);
+      memory.give(GAUGE_INDEX.generalUsed(index), 1);
     }
-    memory.give(G.inUse, 1);
+    memory.give(GAUGE_INDEX.inUse, 1);
     memory.bump(completed ? COUNTER_INDEX.completed : COUNTER_INDEX.cancelled);
     const connection = ticket.connection;
     if (connection) {
@@ -196,7 +196,8 @@ export class Ledger implements ReservationOwner {
   /** Slots `lane` holds right now (reserve and borrowed). */
   inUse(lane: LaneName): number {
     const index = laneIndex(lane);
-    return this.memory.gauge(G.reserveUsed(index)) + this.memory.gauge(G.generalUsed(index));
+    return this.memory.gauge(GAUGE_INDEX.reserveUsed(index)) +
+      this.memory.gauge(GAUGE_INDEX.generalUsed(index));
   }
 
   /**
@@ -229,7 +230,8 @@ export class Ledger implements ReservationOwner {
    */
   openConnection(lane: LaneName): boolean {
     const index = laneIndex(lane);
-    if (this.memory.tryTake(G.connections(index), 1, this.profile.lanes[index].maxConnections)) {
+    const { maxConnections } = this.profile.lanes[index];
+    if (this.memory.tryTake(GAUGE_INDEX.connections(index), 1, maxConnections)) {
       this.memory.add(COUNTER_INDEX.heldConnections(index), 1);
       this.memory.bump(COUNTER_INDEX.connectionsAccepted(index));
       return true;
@@ -242,7 +244,7 @@ export class Ledger implements ReservationOwner {
   closeConnection(lane: LaneName): void {
     const index = laneIndex(lane);
     this.memory.add(COUNTER_INDEX.heldConnections(index), -1);
-    this.memory.give(G.connections(index), 1);
+    this.memory.give(GAUGE_INDEX.connections(index), 1);
   }
 
   /**
@@ -259,13 +261,13 @@ export class Ledger implements ReservationOwner {
       const reserve = memory.read(stripe, COUNTER_INDEX.heldReserve(index));
       const general = memory.read(stripe, COUNTER_INDEX.heldGeneral(index));
       const open = memory.read(stripe, COUNTER_INDEX.heldConnections(index));
-      if (reserve > 0) memory.give(G.reserveUsed(index), reserve);
+      if (reserve > 0) memory.give(GAUGE_INDEX.reserveUsed(index), reserve);
       if (general > 0) {
-        memory.give(G.generalBytes, general * profile.footprint);
-        memory.give(G.generalTotal, general);
-        memory.give(G.generalUsed(index), general);
+        memory.give(GAUGE_INDEX.generalBytes, general * profile.footprint);
+        memory.give(GAUGE_INDEX.generalTotal, general);
+        memory.give(GAUGE_INDEX.generalUsed(index), general);
       }
-      if (open > 0) memory.give(G.connections(index), open);
+      if (open > 0) memory.give(GAUGE_INDEX.connections(index), open);
       for (
         const entry of [
           COUNTER_INDEX.heldReserve(index),
@@ -279,7 +281,7 @@ export class Ledger implements ReservationOwner {
       connections += Math.max(0, open);
     });
     if (requests > 0) {
-      memory.give(G.inUse, requests);
+      memory.give(GAUGE_INDEX.inUse, requests);
       memory.add(COUNTER_INDEX.cancelled, requests);
     }
     return { requests, connections };

@@ -16,19 +16,19 @@ import { OVERLOAD_KINDS, type OverloadKind } from "./overload.ts";
 const LANE_COUNT = LANE_NAMES.length;
 
 /** Gauge slots per lane. */
-const G_LANE = { reserveUsed: 0, generalUsed: 1, connections: 2 } as const;
-const G_LANE_STRIDE = 3;
-const G_GLOBAL = LANE_COUNT * G_LANE_STRIDE;
-/** Gauge indices. */
-export const G = {
-  reserveUsed: (lane: number) => lane * G_LANE_STRIDE + G_LANE.reserveUsed,
-  generalUsed: (lane: number) => lane * G_LANE_STRIDE + G_LANE.generalUsed,
-  connections: (lane: number) => lane * G_LANE_STRIDE + G_LANE.connections,
-  generalTotal: G_GLOBAL,
-  generalBytes: G_GLOBAL + 1,
-  inUse: G_GLOBAL + 2,
-  highWater: G_GLOBAL + 3,
-  size: G_GLOBAL + 4,
+const GAUGE_LANE = { reserveUsed: 0, generalUsed: 1, connections: 2 } as const;
+const GAUGE_LANE_STRIDE = 3;
+const GAUGE_GLOBAL = LANE_COUNT * GAUGE_LANE_STRIDE;
+/** Where each shared gauge sits in `gauges`; `size` is the array's length. */
+export const GAUGE_INDEX = {
+  reserveUsed: (lane: number) => lane * GAUGE_LANE_STRIDE + GAUGE_LANE.reserveUsed,
+  generalUsed: (lane: number) => lane * GAUGE_LANE_STRIDE + GAUGE_LANE.generalUsed,
+  connections: (lane: number) => lane * GAUGE_LANE_STRIDE + GAUGE_LANE.connections,
+  generalTotal: GAUGE_GLOBAL,
+  generalBytes: GAUGE_GLOBAL + 1,
+  inUse: GAUGE_GLOBAL + 2,
+  highWater: GAUGE_GLOBAL + 3,
+  size: GAUGE_GLOBAL + 4,
 } as const;
 
 /** Per lane: admitted, denied route, connections accepted and refused, overloads, then holdings. */
@@ -107,7 +107,7 @@ export class LedgerMemory {
   static create(stripes = 1, shared = false): LedgerMemory {
     const alloc = (bytes: number) => shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes);
     return new LedgerMemory({
-      gauges: alloc(G.size * 4),
+      gauges: alloc(GAUGE_INDEX.size * 4),
       counters: alloc(COUNTER_INDEX.size * 8 * stripes),
       rate: alloc(LANE_COUNT * 8),
       stripes,

@@ -5,7 +5,7 @@
  */
 import { LANE_NAMES, type LaneName } from "./lane_names.ts";
 import type { Ledger } from "./ledger.ts";
-import { COUNTER_INDEX, G } from "./memory.ts";
+import { COUNTER_INDEX, GAUGE_INDEX } from "./memory.ts";
 import { OVERLOAD_KINDS, type OverloadKind } from "./overload.ts";
 import type { Reservation } from "./reservation.ts";
 
@@ -62,7 +62,7 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
   const self = observer?.live ? observer : undefined;
   const lanes = {} as Record<LaneName, LaneSnapshot>;
   let admitted = 0;
-  let bytesInUse = memory.gauge(G.generalBytes);
+  let bytesInUse = memory.gauge(GAUGE_INDEX.generalBytes);
   LANE_NAMES.forEach((name, index) => {
     const profile = ledger.profile.lanes[index];
     const mine = self?.laneIndex === index ? 1 : 0;
@@ -70,12 +70,13 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
     for (const kind of OVERLOAD_KINDS) {
       overload[kind] = memory.total(COUNTER_INDEX.overload(index, kind));
     }
-    const reserveInUse = memory.gauge(G.reserveUsed(index)) - (mine && self!.fromReserve ? 1 : 0);
-    const inUse = reserveInUse + memory.gauge(G.generalUsed(index)) -
+    const reserveInUse = memory.gauge(GAUGE_INDEX.reserveUsed(index)) -
+      (mine && self!.fromReserve ? 1 : 0);
+    const inUse = reserveInUse + memory.gauge(GAUGE_INDEX.generalUsed(index)) -
       (mine && !self!.fromReserve ? 1 : 0);
     const laneAdmitted = memory.total(COUNTER_INDEX.admitted(index)) - mine;
     admitted += laneAdmitted;
-    bytesInUse += memory.gauge(G.reserveUsed(index)) * profile.footprint;
+    bytesInUse += memory.gauge(GAUGE_INDEX.reserveUsed(index)) * profile.footprint;
     lanes[name] = {
       enabled: profile.enabled,
       reserve: profile.reserve,
@@ -89,7 +90,7 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
       admitted: laneAdmitted,
       denied_route: memory.total(COUNTER_INDEX.deniedRoute(index)),
       overload,
-      connections: memory.gauge(G.connections(index)),
+      connections: memory.gauge(GAUGE_INDEX.connections(index)),
       max_connections: profile.maxConnections,
       connections_accepted: memory.total(COUNTER_INDEX.connectionsAccepted(index)),
       connections_refused: memory.total(COUNTER_INDEX.connectionsRefused(index)),
@@ -100,12 +101,12 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
   }
   const completed = memory.total(COUNTER_INDEX.completed);
   const cancelled = memory.total(COUNTER_INDEX.cancelled);
-  const outstanding = memory.gauge(G.inUse) - (self ? 1 : 0);
+  const outstanding = memory.gauge(GAUGE_INDEX.inUse) - (self ? 1 : 0);
   return {
     lanes,
     application_slots: ledger.profile.applicationSlots,
     general_pool: ledger.profile.generalPool,
-    general_in_use: memory.gauge(G.generalTotal) - (self && !self.fromReserve ? 1 : 0),
+    general_in_use: memory.gauge(GAUGE_INDEX.generalTotal) - (self && !self.fromReserve ? 1 : 0),
     per_connection: ledger.profile.perConnection,
     inflight_bytes: ledger.profile.inflightBytes,
     bytes_in_use: bytesInUse,
@@ -114,7 +115,7 @@ export function snapshotLedger(ledger: Ledger, observer?: Reservation): LedgerSn
     cancelled,
     outstanding,
     double_release: memory.total(COUNTER_INDEX.doubleRelease),
-    high_water_slots: memory.gauge(G.highWater),
+    high_water_slots: memory.gauge(GAUGE_INDEX.highWater),
     release_balanced: completed + cancelled === admitted && outstanding === 0,
     excludes_observer: self !== undefined,
   };

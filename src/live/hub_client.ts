@@ -12,51 +12,26 @@
  * the hub answers with a full snapshot rather than a delta against a set the disk no longer holds.
  * A snapshot equal to the live set then rewrites the cache (a new folder, then the pointer).
  *
+ * The wire side of a poll — asking, reading the answer, rebuilding and checking the set — is in
+ * `hub_answer.ts`, and the cache checks and writes with what they found in `hub_cache.ts`; this
+ * module holds the follower's loop, its connection state, and what it does with each answer.
+ *
  * @module
  */
-import { Buffer } from "node:buffer";
-import { type CacheCheck, commitCache, stageCache, verifyCache } from "./cache.ts";
-import {
-  type FileSet,
-  hashFileSet,
-  isSafeRelativePath,
-  runtimeTextsOf,
-} from "../config/file_set.ts";
+import { stageCache } from "./cache.ts";
+import { runtimeTextsOf } from "../config/file_set.ts";
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import type { HubClientConfig } from "../config/load.ts";
-import { readNamedFile } from "../config/rooted_read.ts";
+import {
+  type Answer,
+  askHub,
+  type Base,
+  describeHubFailure,
+  hubHttpClient,
+  receiveSet,
+} from "./hub_answer.ts";
+import { FollowedCache } from "./hub_cache.ts";
 import { reportOutcome } from "./runtime_watch.ts";
-import { describeError } from "../request/errors.ts";
-
-/** The hub credentials are secrets; PEM files are small. */
-const SECRET = { secret: true } as const;
-const PEM = { maxBytes: 1 << 20 } as const;
-
-/** What the edge last found in, or wrote to, its cache. */
-interface CacheNote {
-  readonly state: "none" | "verified" | "written" | "refused";
-  readonly at: string;
-  readonly hash?: string;
-  readonly reason?: string;
-}
-
-/** The received set the next poll is keyed by. */
-interface Base {
-  readonly hash: string;
-  readonly files: FileSet;
-}
-
-/** A hub answer, as far as the edge reads it. */
-interface Answer {
-  readonly type: "snapshot" | "delta" | "current";
-  readonly generation: number;
-  readonly hash: string;
-  readonly from?: string;
-  readonly files?: Record<string, string>;
-  readonly changed?: Record<string, string>;
-  readonly removed?: string[];
-  readonly hub?: Record<string, unknown>;
-}
 
 /** A running follower. */
 export interface HubFollower {
@@ -121,8 +96,7 @@ class Follower implements HubFollower {
   /** The poll in flight is a held one. */
   #holding = false;
   #urgent: Urgent[] = [];
-  #cacheNote: CacheNote | undefined;
-  #lastRefused: { at: string; reason: string } | undefined;
+  readonly #cache: FollowedCache;
 
   /**
    * @param store the edge's generations
@@ -132,6 +106,7 @@ class Follower implements HubFollower {
     this.#store = store;
     this.#options = options;
     this.#random = options.random ?? Math.random;
+    this.#cache = new FollowedCache(options.cacheDir, options.log);
   }
 
   /** Starts the poll loop (it runs until {@link stop}). */
@@ -160,9 +135,7 @@ class Follower implements HubFollower {
       failures: this.#failures,
       retry_at: this.#retryAt === undefined ? null : new Date(this.#retryAt).toISOString(),
       received_hash: this.#base?.hash ?? null,
-      cache: this.#cacheNote
-        ? { ...this.#cacheNote, last_refused: this.#lastRefused ?? null }
-        : null,
+      cache: this.#cache.status(),
       hub_generation: this.#hubGeneration ?? null,
       hub: this.#hubNote ?? null,
     };
@@ -176,10 +149,12 @@ class Follower implements HubFollower {
 
   /** The loop: polls until stopped, then closes the HTTP client and fails any waiting caller. */
   async #run(): Promise<void> {
-    this.#base = await this.#checkCache(true);
+    this.#base = await this.#cache.check(this.#store.current.hash, true);
     while (!this.#stopped) {
       // The cache may have changed while the hub was away: check it before its hash is sent.
-      if (this.#failures > 0 && this.#base) this.#base = await this.#checkCache(false, this.#base);
+      if (this.#failures > 0 && this.#base) {
+        this.#base = await this.#cache.check(this.#store.current.hash, false, this.#base);
+      }
       if (this.#stopped) break;
       await this.#pollOnce();
     }
@@ -240,72 +215,17 @@ class Follower implements HubFollower {
     await sleep(delay, signal);
   }
 
-  /**
-   * Verifies the cache before its hash is sent. At start the cached set is the base when it is
-   * the live one; later (after a failure) `held` stays the base when the cache still holds the
-   * live set. A refusal is logged and leaves no base: the next poll asks for a snapshot.
-   */
-  async #checkCache(start: boolean, held?: Base): Promise<Base | undefined> {
-    const { cacheDir, log } = this.#options;
-    const live = this.#store.current.hash;
-    const check = await verifyCache(cacheDir, start ? undefined : live)
-      .catch((error): CacheCheck => ({
-        state: "refused",
-        reason: `unchecked (${describeHubFailure(error)})`,
-      }));
-    const at = new Date().toISOString();
-    if (check.state === "refused") {
-      this.#lastRefused = { at, reason: check.reason };
-      this.#cacheNote = { state: "refused", ...this.#lastRefused };
-      log(`portcullis: cache ${cacheDir} refused: ${check.reason}; asking the hub for a snapshot`);
-      return undefined;
-    }
-    this.#cacheNote = check.state === "none"
-      ? { state: "none", at }
-      : { state: "verified", at, hash: check.hash };
-    if (!start) return held;
-    return check.state === "verified" && check.hash === live && live !== ""
-      ? { hash: check.hash, files: check.files }
-      : undefined;
-  }
-
-  /** Writes a set to a new cache folder (or commits one staged) and points the cache at it. */
-  async #writeCache(files: FileSet, hash: string, folder?: string): Promise<void> {
-    const { cacheDir } = this.#options;
-    await commitCache(cacheDir, folder ?? await stageCache(cacheDir, files), hash);
-    this.#cacheNote = { state: "written", at: new Date().toISOString(), hash };
-  }
-
   /** Asks the hub for the set after the base (held unless `wait` is false), within the poll timeout. */
-  async #request(wait: boolean, signal: AbortSignal): Promise<Answer> {
+  #request(wait: boolean, signal: AbortSignal): Promise<Answer> {
     const { hub, nodeId } = this.#options;
-    const url = new URL("/v1/config/stream", hub.url);
-    url.searchParams.set("node_id", nodeId);
-    url.searchParams.set("have", this.#base?.hash ?? "");
-    if (!wait) url.searchParams.set("wait", "0");
-    const headers: Record<string, string> = { accept: "application/json" };
-    if (hub.tokenFile) {
-      const token = await readNamedFile(hub.tokenFile, "hub.token_file", SECRET);
-      headers.authorization = `Bearer ${token.trim()}`;
-    }
-    const response = await fetch(url, {
-      headers,
-      client: await this.#httpClient(),
-      signal: AbortSignal.any([signal, AbortSignal.timeout(hub.pollTimeoutMs)]),
-    });
-    return readAnswer(response.status, await response.text());
+    const have = this.#base?.hash ?? "";
+    return askHub({ hub, nodeId, have, wait, client: () => this.#httpClient(), signal });
   }
 
   /** The mutual-TLS client, made from the credential files on first use after each failure. */
   async #httpClient(): Promise<Deno.HttpClient | undefined> {
     const { tls } = this.#options.hub;
-    if (tls && !this.#client) {
-      this.#client = Deno.createHttpClient({
-        caCerts: [await readNamedFile(tls.caFile, "hub.tls.ca_file", PEM)],
-        cert: await readNamedFile(tls.certFile, "hub.tls.cert_file", PEM),
-        key: await readNamedFile(tls.keyFile, "hub.tls.key_file", { ...PEM, ...SECRET }),
-      });
-    }
+    if (tls && !this.#client) this.#client = await hubHttpClient(tls);
     return this.#client;
   }
 
@@ -321,9 +241,9 @@ class Follower implements HubFollower {
     }
     const received = await this.#receive(answer);
     if (received.hash !== this.#store.current.hash) return await this.#offer(received, answer);
-    if (this.#cacheNote?.state === "refused") {
+    if (this.#cache.refused) {
       const { cacheDir, log } = this.#options;
-      await this.#writeCache(received.files, received.hash);
+      await this.#cache.write(received.files, received.hash);
       log(
         `portcullis: cache ${cacheDir} rewritten with the hub's set ${received.hash.slice(0, 12)}`,
       );
@@ -336,21 +256,12 @@ class Follower implements HubFollower {
    * the base. On failure there is no base: the next poll asks for a snapshot.
    */
   async #receive(answer: Answer): Promise<Base> {
-    let files: FileSet;
     try {
-      files = rebuild(answer, this.#base);
+      this.#base = await receiveSet(answer, this.#base);
     } catch (error) {
       this.#base = undefined;
       throw error;
     }
-    const hash = await hashFileSet(files);
-    if (hash !== answer.hash) {
-      this.#base = undefined;
-      throw new Error(
-        `the received set hashes to ${hash.slice(0, 12)}, not ${answer.hash.slice(0, 12)}`,
-      );
-    }
-    this.#base = { hash, files };
     return this.#base;
   }
 
@@ -365,7 +276,7 @@ class Follower implements HubFollower {
       `hub ${hub.url} (hub generation ${answer.generation})`,
       log,
     );
-    if (outcome.outcome === "loaded") await this.#writeCache(files, hash, folder);
+    if (outcome.outcome === "loaded") await this.#cache.write(files, hash, folder);
     else await Deno.remove(folder, { recursive: true }).catch(() => {});
     return outcome;
   }
@@ -376,22 +287,6 @@ class Follower implements HubFollower {
     this.#urgent = [];
     for (const w of waiting) result instanceof Error ? w.reject(result) : w.resolve(result);
   }
-}
-
-/**
- * The hub's answer to a poll, or an error naming the status and, from an error envelope, its code
- * and message (else the body's first 200 characters).
- */
-function readAnswer(status: number, text: string): Answer {
-  if (status !== 200) {
-    let detail = text.slice(0, 200);
-    try {
-      const error = JSON.parse(text).error;
-      detail = `${error.code}: ${error.message}`;
-    } catch { /* not an envelope */ }
-    throw new Error(`the hub answered ${status} (${detail})`);
-  }
-  return JSON.parse(text) as Answer;
 }
 
 /**
@@ -414,37 +309,4 @@ async function sleep(ms: number, signal: AbortSignal): Promise<void> {
     }
     signal.addEventListener("abort", done);
   });
-}
-
-/** The file set an answer describes, from the answer and the set it is a delta against. */
-function rebuild(answer: Answer, base: Base | undefined): FileSet {
-  if (answer.type === "current") throw new Error("the hub's current set is not the one held");
-  if (answer.type === "delta" && answer.from !== base?.hash) {
-    throw new Error("the hub sent a delta against a set this edge does not hold");
-  }
-  const files = new Map(answer.type === "delta" ? base!.files : []);
-  for (const name of answer.removed ?? []) files.delete(name);
-  for (const [name, data] of Object.entries(answer.files ?? answer.changed ?? {})) {
-    if (!isSafeRelativePath(name)) {
-      throw new Error(`the hub sent an unsafe path ${JSON.stringify(name)}`);
-    }
-    files.set(name, new Uint8Array(Buffer.from(data, "base64")));
-  }
-  return files;
-}
-
-/**
- * What the edge says about a failed poll, in its log and in `status().hub.last_error`. Not plain
- * {@link describeError}: an operator needs "no answer in time" rather than `TimeoutError: Signal
- * timed out.`, the cause rather than fetch's wrapper and its URL, and a hint where rustls reports a
- * refused client certificate as the hub hanging up mid-handshake (proof 11 reads these lines).
- */
-function describeHubFailure(error: unknown): string {
-  if (error instanceof DOMException && error.name === "TimeoutError") return "no answer in time";
-  const inner = error instanceof Error && error.cause instanceof Error ? error.cause : error;
-  const message = (inner instanceof Error ? inner.message : describeError(inner))
-    .replace(/^error sending request for url \([^)]*\): /, "");
-  return /close_notify|handshake/i.test(message)
-    ? `the hub ended the TLS handshake (is cert_file signed by the hub's client CA?): ${message}`
-    : message;
 }

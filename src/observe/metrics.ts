@@ -2,8 +2,9 @@
  * Prometheus text exposition of the ledger and the lane counters. Counts, gauges and states only:
  * never payload bytes, client addresses or plain tenant hosts.
  *
- * Each `…Families` function below reads one group of families from its input, as data
- * ({@link Family}); {@link renderMetrics} lists the groups in page order and `expose` writes them.
+ * Each `…Families` function below reads one group of families from its input, as data (`Family`
+ * in `exposition.ts`, which holds the text format and the sample builders); {@link renderMetrics}
+ * lists the groups in page order and `expose` writes them.
  *
  * @module
  */
@@ -14,6 +15,19 @@ import type { EgressSnapshot } from "../egress/egress.ts";
 import type { PolicyStats } from "../policy/policy_stats.ts";
 import { CUT_REASONS, type ResponseStats, STATUS_CLASSES } from "./response_stats.ts";
 import { BUCKETS, type RequestMetrics } from "./request_metrics.ts";
+import {
+  byLabel,
+  byLane,
+  byLaneAnd,
+  byLaneHistogram,
+  counter,
+  escapeLabel,
+  expose,
+  type Family,
+  gauge,
+  histogram,
+  only,
+} from "./exposition.ts";
 
 /** Edge-level facts rendered beside the ledger. */
 export interface EdgeFacts {
@@ -64,45 +78,39 @@ export interface ObserveFacts {
   readonly certificates: readonly { readonly label: string; readonly notAfter: number }[];
 }
 
-/** A sample line after the family's name: an optional suffix (`_bucket`), the labels, the value. */
-type Sample = readonly [rest: string, value: number];
-
-/** One metric family: its name after `portcullis_`, its type and help, and its samples in order. */
-interface Family {
-  readonly name: string;
-  readonly type: "counter" | "gauge" | "histogram";
-  readonly help: string;
-  readonly samples: readonly Sample[];
+/** What the metrics page is rendered from. */
+export interface MetricsInput {
+  /** A ledger snapshot. */
+  readonly ledger: LedgerSnapshot;
+  /** The response counters. */
+  readonly stats: ResponseStats;
+  /** The egress pool state. */
+  readonly egress: EgressSnapshot;
+  /** Version and lifecycle state. */
+  readonly edge: EdgeFacts;
+  /** The policy counters. */
+  readonly policy: PolicyFacts;
+  /** The per-request series, config generation and certificates (left out if absent). */
+  readonly observe?: ObserveFacts;
 }
 
 /**
  * Renders the metrics page: the families of each part below, in this order.
  *
- * @param ledger a ledger snapshot
- * @param stats the response counters
- * @param egress the egress pool state
- * @param facts version and lifecycle state
- * @param policy the policy counters
- * @param observe the per-request series, config generation and certificates (left out if absent)
+ * @param input the ledger, response, egress, edge and policy state, and the per-request series
  * @returns the page in the Prometheus text format
  */
-export function renderMetrics(
-  ledger: LedgerSnapshot,
-  stats: ResponseStats,
-  egress: EgressSnapshot,
-  facts: EdgeFacts,
-  policy: PolicyFacts,
-  observe?: ObserveFacts,
-): string {
+export function renderMetrics(input: MetricsInput): string {
+  const { ledger, stats, egress, edge, policy, observe } = input;
   return expose([
-    ...lifecycleFamilies(facts),
+    ...lifecycleFamilies(edge),
     ...ledgerFamilies(ledger),
     ...reservationFamilies(ledger),
     ...connectionFamilies(ledger),
     ...responseFamilies(stats),
     ...egressInstanceFamilies(egress),
     ...egressPoolFamilies(egress),
-    ...processFamilies(facts.sockets),
+    ...processFamilies(edge.sockets),
     // Out of the egress group: the page has always had it here, and its text is kept byte for byte.
     counter(
       "egress_retry_budget_refusals_total",
@@ -112,53 +120,6 @@ export function renderMetrics(
     ...policyFamilies(policy),
     ...(observe ? [...requestFamilies(observe), ...configFamilies(observe)] : []),
   ]);
-}
-
-/** The exposition text of `families`: per family a HELP and a TYPE line, then its samples. */
-function expose(families: readonly Family[]): string {
-  const lines: string[] = [];
-  for (const { name, type, help, samples } of families) {
-    const metric = `portcullis_${name}`;
-    lines.push(`# HELP ${metric} ${help}`, `# TYPE ${metric} ${type}`);
-    for (const [rest, value] of samples) lines.push(`${metric}${rest} ${value}`);
-  }
-  return lines.join("\n") + "\n";
-}
-
-/** A counter family. */
-function counter(name: string, help: string, samples: readonly Sample[]): Family {
-  return { name, type: "counter", help, samples };
-}
-
-/** A gauge family. */
-function gauge(name: string, help: string, samples: readonly Sample[]): Family {
-  return { name, type: "gauge", help, samples };
-}
-
-/** A single unlabelled sample. */
-function only(value: number): Sample[] {
-  return [["", value]];
-}
-
-/** One sample per pair, labelled `label="key"` (keys come from config or code, not escaped). */
-function byLabel(label: string, pairs: readonly (readonly [string | number, number])[]): Sample[] {
-  return pairs.map(([key, value]) => [`{${label}="${key}"}`, value]);
-}
-
-/** One sample per lane. */
-function byLane(pick: (lane: LaneName) => number): Sample[] {
-  return byLabel("lane", LANE_NAMES.map((lane) => [lane, pick(lane)]));
-}
-
-/** One sample per lane and key, labelled `lane` and `label`. */
-function byLaneAnd<K extends string>(
-  label: string,
-  keys: readonly K[],
-  pick: (lane: LaneName, key: K) => number,
-): Sample[] {
-  return LANE_NAMES.flatMap((lane) =>
-    keys.map((key): Sample => [`{lane="${lane}",${label}="${key}"}`, pick(lane, key)])
-  );
 }
 
 /** Version, readiness, draining and uptime. */
@@ -466,20 +427,11 @@ function latencyHistogram(
   which: "gateway" | "upstream",
   help: string,
 ): Family {
-  const samples: Sample[] = [];
-  for (const lane of LANE_NAMES) {
-    const histogram = metrics.histogram(lane, which);
-    let cumulative = 0;
-    BUCKETS.forEach((bound, i) => {
-      cumulative += histogram[i];
-      samples.push([`_bucket{lane="${lane}",le="${bound}"}`, cumulative]);
-    });
-    cumulative += histogram[BUCKETS.length];
-    samples.push([`_bucket{lane="${lane}",le="+Inf"}`, cumulative]);
-    samples.push([`_sum{lane="${lane}"}`, histogram[BUCKETS.length + 1]]);
-    samples.push([`_count{lane="${lane}"}`, cumulative]);
-  }
-  return { name: `${which}_seconds`, type: "histogram", help, samples };
+  return histogram(
+    `${which}_seconds`,
+    help,
+    byLaneHistogram(BUCKETS, (lane) => metrics.histogram(lane, which)),
+  );
 }
 
 /** The live config generation, a pending rejection, and each served certificate's expiry. */
@@ -500,9 +452,4 @@ function configFamilies(observe: ObserveFacts): Family[] {
       ),
     ),
   ];
-}
-
-/** A label value with `\\`, `"` and newlines escaped (Prometheus text format). */
-function escapeLabel(value: string): string {
-  return value.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
 }
