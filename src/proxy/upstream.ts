@@ -180,104 +180,121 @@ export async function forwardRequest(
   services: UpstreamServices,
 ): Promise<Reply> {
   const { egress } = services;
-  const { action, hasBody, eligible } = forward;
   let tried: Set<number> | undefined;
   context.timeoutKind = "upstream_timeout";
   egress.budget.request();
 
-  for (let attempt = 1;; attempt++) {
-    const backend = egress.chooseBackend(action.backends);
+  for (let number = 1;; number++) {
+    const backend = egress.chooseBackend(forward.action.backends);
     const way = backend ? egress.way(backend, tried) : undefined;
     if (!backend || !way) {
-      throw fail(
-        services,
-        context,
-        attempt,
-        new GatewayError("upstream_unreachable"),
-        "no way out",
-      );
+      const error = new GatewayError("upstream_unreachable");
+      throw fail(services, context, { attempts: number, error, detail: "no way out" });
     }
     if (way.kind === "socks") (tried ??= new Set()).add(way.pick.index);
     const started = services.clock();
     const record = context.record;
-    if (record) record.attempts = attempt;
-    const attemptSpan = record?.attempt(attempt, way.label, backend.authority);
+    if (record) record.attempts = number;
+    const trace = record?.attempt(number, way.label, backend.authority);
     const headers = upstreamHeaders(forward.raw, {
       ...forward.context,
       authority: backend.authority,
-      traceparent: attemptSpan?.traceparent,
+      traceparent: trace?.traceparent,
     });
+    const attempt: Attempt = { number, backend, way, headers };
     try {
-      const answer = await sendAttempt(context, forward, { backend, way, headers });
+      const answer = await sendAttempt(context, forward, attempt);
       const latencyMs = services.clock() - started;
       if (record) record.upstreamMs += latencyMs;
-      const keepAlive = answer.response.headers["keep-alive"];
-      if (typeof keepAlive === "string") egress.idle.honour(answer.response.socket, keepAlive);
-      attemptSpan?.answered(answer.response.statusCode ?? 0);
-      const finish = (ok: boolean) => {
-        egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
-        if (!ok) services.log(`portcullis: request ${context.requestId}: upstream body aborted`);
-      };
-      if (answer.tunnel) {
-        // The tunnel's bytes are opaque: its end is neither success nor failure of the instance.
-        answer.tunnel.socket.once("close", () => finish(true));
-        egress.holdTunnel(answer.tunnel.socket);
-        if (context.upgrade!.head.byteLength > 0) answer.tunnel.socket.write(context.upgrade!.head);
-        return {
-          status: 101,
-          rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId, {
-            upgrade: true,
-            via: services.forwarding.via,
-          }),
-          tunnel: answer.tunnel,
-        };
-      }
-      return {
-        status: answer.response.statusCode ?? 502,
-        rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId, {
-          via: services.forwarding.via,
-        }),
-        stream: streamUpstream(answer.response, finish),
-      };
+      trace?.answered(answer.response.statusCode ?? 0);
+      return answerReply(context, services, { attempt, answer, latencyMs });
     } catch (error) {
       if (record) record.upstreamMs += services.clock() - started;
-      attemptSpan?.failed((error as AttemptFailure).kind ?? "error");
+      trace?.failed((error as AttemptFailure).kind ?? "error");
       if (!(error instanceof AttemptFailure)) throw error;
-      egress.finish(way, backend, {
-        instanceOk: error.instanceOk,
-        backendOk: error.backendOk,
-        instanceDown: error.instanceDown,
-      });
-      // Nothing written: any method may go elsewhere. Something written: only a method the route
-      // lets be sent twice, and only with its body still whole.
-      const replayable = !error.bodyTaken && (!hasBody || error.unsent);
-      const more = (error.unsent || eligible) && replayable && !deniedByDeno(error.cause) &&
-        attempt < action.attempts &&
-        !context.aborted && egress.tryRetry();
-      if (!more) {
-        throw fail(
-          services,
-          context,
-          attempt,
-          new GatewayError(error.kind, { cause: error.cause }),
-          undefined,
-          error.sentBytes,
-        );
+      if (!tryAgain(context, forward, services, { attempt, error })) {
+        const failure = new GatewayError(error.kind, { cause: error.cause });
+        throw fail(services, context, {
+          attempts: number,
+          error: failure,
+          sentBytes: error.sentBytes,
+        });
       }
-      const wait = backoffMs(attempt, egress.settings.backoff, () => egress.random());
+      const wait = backoffMs(number, egress.settings.backoff, () => egress.random());
       if (wait > 0) await sleep(wait, context);
     }
   }
 }
 
+/**
+ * The reply for an upstream's answer: its response streamed down (the attempt's outcome is told to
+ * the egress when the body ends), or for a 101 the tunnel to splice.
+ */
+function answerReply(
+  context: RequestContext,
+  services: UpstreamServices,
+  answered: { attempt: Attempt; answer: Answer; latencyMs: number },
+): Reply {
+  const { egress } = services;
+  const { attempt: { way, backend }, answer, latencyMs } = answered;
+  const keepAlive = answer.response.headers["keep-alive"];
+  if (typeof keepAlive === "string") egress.idle.honour(answer.response.socket, keepAlive);
+  const finish = (ok: boolean) => {
+    egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
+    if (!ok) services.log(`portcullis: request ${context.requestId}: upstream body aborted`);
+  };
+  const via = services.forwarding.via;
+  if (answer.tunnel) {
+    // The tunnel's bytes are opaque: its end is neither success nor failure of the instance.
+    answer.tunnel.socket.once("close", () => finish(true));
+    egress.holdTunnel(answer.tunnel.socket);
+    if (context.upgrade!.head.byteLength > 0) answer.tunnel.socket.write(context.upgrade!.head);
+    const raw = answer.response.rawHeaders;
+    return {
+      status: 101,
+      rawHeaders: downstreamHeaders(raw, context.requestId, { upgrade: true, via }),
+      tunnel: answer.tunnel,
+    };
+  }
+  return {
+    status: answer.response.statusCode ?? 502,
+    rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId, { via }),
+    stream: streamUpstream(answer.response, finish),
+  };
+}
+
+/**
+ * Tells the egress how a failed attempt went, and whether another may follow. Nothing written: any
+ * method may go elsewhere. Something written: only a method the route lets be sent twice, and only
+ * with its body still whole. Always within `attempts`, the retry budget, and while the request is
+ * still wanted.
+ */
+function tryAgain(
+  context: RequestContext,
+  forward: Forward,
+  services: UpstreamServices,
+  failed: { attempt: Attempt; error: AttemptFailure },
+): boolean {
+  const { egress } = services;
+  const { attempt, error } = failed;
+  egress.finish(attempt.way, attempt.backend, {
+    instanceOk: error.instanceOk,
+    backendOk: error.backendOk,
+    instanceDown: error.instanceDown,
+  });
+  const replayable = !error.bodyTaken && (!forward.hasBody || error.unsent);
+  return (error.unsent || forward.eligible) && replayable && !deniedByDeno(error.cause) &&
+    attempt.number < forward.action.attempts &&
+    !context.aborted && egress.tryRetry();
+}
+
+/** Logs why the upstream phase gave up, and returns the failure to throw. */
 function fail(
   services: UpstreamServices,
   context: RequestContext,
-  attempts: number,
-  error: GatewayError,
-  detail?: string,
-  sentBytes?: number,
+  given: { attempts: number; error: GatewayError; detail?: string; sentBytes?: number },
 ): GatewayError {
+  const { attempts, error, detail, sentBytes } = given;
   const cause = error.cause instanceof Error
     ? `${error.cause.name}: ${describeCause(error.cause)}`
     : detail ?? "";
@@ -318,8 +335,9 @@ interface Answer {
   readonly tunnel?: { readonly socket: Duplex; readonly head: Uint8Array };
 }
 
-/** One attempt's own choices: the backend, the way out, and the head written for them. */
+/** One attempt's own choices: its number, the backend, the way out, and the head written for them. */
 interface Attempt {
+  readonly number: number;
   readonly backend: Backend;
   readonly way: Way;
   readonly headers: string[];
@@ -327,106 +345,152 @@ interface Attempt {
 
 /** Sends one attempt; resolves once the upstream's response headers (or its 101) arrived. */
 function sendAttempt(context: RequestContext, forward: Forward, attempt: Attempt): Promise<Answer> {
-  const { backend, way, headers } = attempt;
-  const { target: path, hasBody, bodyLimit } = forward;
   return new Promise((resolve, reject) => {
-    // The socket node handed this request, and how many bytes it had written before (a pooled
-    // socket carried earlier requests; a new SOCKS one, its handshake).
-    let socket: Duplex & { bytesWritten?: number; connecting?: boolean } | undefined;
-    let before = 0;
-    const sentBytes = () => socket ? Math.max(0, (socket.bytesWritten ?? 0) - before) : 0;
-    // Connected once node handed the request a socket that is done connecting (for SOCKS: after
-    // the CONNECT reply).
-    const connected = () => socket !== undefined && socket.connecting !== true;
-    let bodyTaken = false;
-    let settled = false;
-    let stopBody: (() => void) | undefined;
-    // A connection still being made for this attempt is abandoned with it (agents.ts).
-    const handshake = new AbortController();
-    const upstream = http.request({
+    new AttemptExchange(context, forward, attempt, { resolve, reject }).start();
+  });
+}
+
+/**
+ * One attempt on the wire: the upstream request, the socket node gave it and how many bytes went
+ * out on it, the request body's pump, and the one settlement (answer or classified failure) —
+ * whichever of the response, an error, the body limit or the request's abort comes first.
+ */
+class AttemptExchange {
+  readonly #context: RequestContext;
+  readonly #forward: Forward;
+  readonly #settle: { resolve(answer: Answer): void; reject(error: AttemptFailure): void };
+  readonly #upstream: http.ClientRequest;
+  /** A connection still being made for this attempt is abandoned with it (agents.ts). */
+  readonly #handshake = new AbortController();
+  /** The socket node handed this request (a pooled one carried earlier requests). */
+  #socket?: Duplex & { bytesWritten?: number; connecting?: boolean };
+  /** What the socket had written before this request (earlier requests, a SOCKS handshake). */
+  #before = 0;
+  #bodyTaken = false;
+  #settled = false;
+  #stopBody?: () => void;
+  #stopWaiting = () => {};
+
+  constructor(
+    context: RequestContext,
+    forward: Forward,
+    attempt: Attempt,
+    settle: { resolve(answer: Answer): void; reject(error: AttemptFailure): void },
+  ) {
+    this.#context = context;
+    this.#forward = forward;
+    this.#settle = settle;
+    const { backend, way, headers } = attempt;
+    this.#upstream = http.request({
       host: backend.hostname,
       port: backend.port,
       method: context.head.method,
-      path,
+      path: forward.target,
       headers,
       agent: way.agent,
       setHost: false,
-      [HANDSHAKE_SIGNAL]: handshake.signal,
+      [HANDSHAKE_SIGNAL]: this.#handshake.signal,
     } as http.RequestOptions);
-    refuseTransparentRetry(upstream);
-    const settle = (error: AttemptFailure | null, answer?: Answer) => {
-      if (settled) {
-        answer?.tunnel?.socket.destroy();
-        return;
-      }
-      settled = true;
-      waiting.stop();
-      if (error) {
-        stopBody?.();
-        handshake.abort();
-        upstream.destroy();
-        reject(error);
-      } else {
-        resolve(answer!);
-      }
-    };
-    // Set after the call: an already aborted request runs the listener (and settle) at once.
-    const waiting = { stop: () => {} };
-    waiting.stop = context.onAbort(() =>
-      settle(
-        new AttemptFailure("upstream_timeout", new Error("Aborted: deadline or client gone"), {
-          instanceOk: !connected(),
-          backendOk: connected() ? false : undefined,
-          sentBytes: sentBytes(),
-          bodyTaken,
-        }),
-      )
-    );
-    if (settled) return;
-    // Over the body limit (or, never expected, past the declared length): whatever the upstream
-    // got is cut off before it is complete, and the connection is destroyed, never reused.
-    const overflow = (reason: "limit" | "length") => {
-      if (settled) {
-        upstream.destroy();
-        return;
-      }
-      const kind = reason === "limit" ? "payload_too_large" : "bad_request";
-      settle(
-        new AttemptFailure(kind, new Error(`Request body over the ${reason}`), {
-          instanceOk: true,
-          backendOk: true,
-          sentBytes: Math.max(1, sentBytes()),
-          bodyTaken: true,
-        }),
-      );
-    };
+    refuseTransparentRetry(this.#upstream);
+  }
+
+  /** Wires the request's events; an already aborted request settles at once. */
+  start(): void {
+    const upstream = this.#upstream;
+    this.#stopWaiting = this.#context.onAbort(() => this.#aborted());
+    if (this.#settled) return;
     // Emitted before node writes the head on it.
-    upstream.once("socket", (given) => {
-      socket = given;
-      before = given.bytesWritten ?? 0;
-      if (!hasBody) return;
-      const start = () => {
-        if (settled) return;
-        bodyTaken = true;
-        const framing = context.head.body;
-        stopBody = forwardBody(context.request, upstream, {
-          declared: typeof framing === "number" ? framing : undefined,
-          limit: bodyLimit,
-          overflow,
-        });
-      };
-      if (given.connecting) given.once("connect", start);
-      else start();
-    });
-    if (!hasBody) upstream.end();
-    upstream.once("response", (response) => settle(null, { response }));
-    if (context.upgrade) {
+    upstream.once("socket", (given) => this.#gotSocket(given));
+    if (!this.#forward.hasBody) upstream.end();
+    upstream.once("response", (response) => this.#done(null, { response }));
+    if (this.#context.upgrade) {
       upstream.once("upgrade", (response, socket: Duplex, head: Uint8Array) => {
-        settle(null, { response, tunnel: { socket, head } });
+        this.#done(null, { response, tunnel: { socket, head } });
       });
     }
-    upstream.once("error", (error) => settle(classify(error, connected(), bodyTaken, sentBytes())));
-  });
+    upstream.once("error", (error) => {
+      this.#done(classify(error, this.#connected(), this.#bodyTaken, this.#sentBytes()));
+    });
+  }
+
+  /** Request bytes (head and body) this attempt handed to its socket. */
+  #sentBytes(): number {
+    const socket = this.#socket;
+    return socket ? Math.max(0, (socket.bytesWritten ?? 0) - this.#before) : 0;
+  }
+
+  /** Connected once node handed a socket that is done connecting (SOCKS: after the reply). */
+  #connected(): boolean {
+    return this.#socket !== undefined && this.#socket.connecting !== true;
+  }
+
+  #gotSocket(given: Duplex & { bytesWritten?: number; connecting?: boolean }): void {
+    this.#socket = given;
+    this.#before = given.bytesWritten ?? 0;
+    if (!this.#forward.hasBody) return;
+    if (given.connecting) given.once("connect", () => this.#startBody());
+    else this.#startBody();
+  }
+
+  /** Pumps the request body inside the frame the gateway wrote (forward_body.ts). */
+  #startBody(): void {
+    if (this.#settled) return;
+    this.#bodyTaken = true;
+    const framing = this.#context.head.body;
+    this.#stopBody = forwardBody(this.#context.request, this.#upstream, {
+      declared: typeof framing === "number" ? framing : undefined,
+      limit: this.#forward.bodyLimit,
+      overflow: (reason) => this.#overflow(reason),
+    });
+  }
+
+  /** The deadline passed or the client went: the attempt ends as a timeout. */
+  #aborted(): void {
+    const connected = this.#connected();
+    this.#done(
+      new AttemptFailure("upstream_timeout", new Error("Aborted: deadline or client gone"), {
+        instanceOk: !connected,
+        backendOk: connected ? false : undefined,
+        sentBytes: this.#sentBytes(),
+        bodyTaken: this.#bodyTaken,
+      }),
+    );
+  }
+
+  /**
+   * Over the body limit (or, never expected, past the declared length): whatever the upstream got
+   * is cut off before it is complete, and the connection is destroyed, never reused.
+   */
+  #overflow(reason: "limit" | "length"): void {
+    if (this.#settled) {
+      this.#upstream.destroy();
+      return;
+    }
+    const kind = reason === "limit" ? "payload_too_large" : "bad_request";
+    this.#done(
+      new AttemptFailure(kind, new Error(`Request body over the ${reason}`), {
+        instanceOk: true,
+        backendOk: true,
+        sentBytes: Math.max(1, this.#sentBytes()),
+        bodyTaken: true,
+      }),
+    );
+  }
+
+  /** Settles once; a failure stops the body, abandons the handshake and destroys the request. */
+  #done(error: AttemptFailure | null, answer?: Answer): void {
+    if (this.#settled) {
+      answer?.tunnel?.socket.destroy();
+      return;
+    }
+    this.#settled = true;
+    this.#stopWaiting();
+    if (!error) return this.#settle.resolve(answer!);
+    this.#stopBody?.();
+    this.#handshake.abort();
+    this.#upstream.destroy();
+    this.#settle.reject(error);
+  }
 }
 
 /**

@@ -74,7 +74,8 @@ export interface HeadLimits {
 const HOST = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._~!$&'()*+;=%-]+)(?::\d{1,5})?$/;
 
 /**
- * Checks a request head and extracts method, path, query and host.
+ * Checks a request head and extracts method, path, query and host: the header caps, the framing
+ * fields (Host, Content-Length, Transfer-Encoding), the body a method may carry, then the target.
  *
  * @param request the parsed request
  * @param limits the header-count and target-length caps
@@ -82,55 +83,92 @@ const HOST = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._~!$&'()*+;=%-]+)(?::\d{1,5})?$/
  */
 export function readHead(request: IncomingMessage, limits: HeadLimits): RequestHead | HeadProblem {
   const raw = request.rawHeaders;
+  const over = headerCaps(raw, limits);
+  if (over) return over;
+  const fields = scanFields(raw);
+  if ("kind" in fields) return fields;
+  const body = framing(request, fields);
+  if (typeof body === "object") return body;
+  const method = request.method ?? "GET";
+  if (carriesBody(body) && NO_BODY_METHODS.has(method)) {
+    return { kind: "body_not_allowed", detail: `a body on ${method}` };
+  }
+  if (fields.hosts === 1 && !HOST.test(fields.host)) {
+    return { kind: "bad_request", detail: "invalid Host" };
+  }
+  const target = readTarget(request.url ?? "", method, fields, limits);
+  if ("kind" in target) return target;
+  return { method, path: target.path, query: target.query, host: target.host, body };
+}
+
+/** The header-count and header-bytes caps (431). */
+function headerCaps(raw: readonly string[], limits: HeadLimits): HeadProblem | undefined {
   if (raw.length / 2 > limits.headers) {
     return { kind: "header_fields_too_large", detail: `${raw.length / 2} header fields` };
   }
-  if (limits.headerBytes !== undefined) {
-    let bytes = 0;
-    for (let i = 0; i < raw.length; i++) bytes += raw[i].length + 2;
-    if (bytes > limits.headerBytes) {
-      return { kind: "header_fields_too_large", detail: `${bytes} header bytes` };
-    }
+  if (limits.headerBytes === undefined) return undefined;
+  let bytes = 0;
+  for (let i = 0; i < raw.length; i++) bytes += raw[i].length + 2;
+  if (bytes > limits.headerBytes) {
+    return { kind: "header_fields_too_large", detail: `${bytes} header bytes` };
   }
-  let hosts = 0;
-  let lengths = 0;
-  let length = "";
-  let codings = 0;
-  let coding = "";
+  return undefined;
+}
+
+/** The framing fields of a head, counted: how many of each, and the last value seen. */
+interface Fields {
+  /** Host fields (an HTTP/2 `:authority` counts as one). */
+  hosts: number;
+  host: string;
+  lengths: number;
+  length: string;
+  codings: number;
+  coding: string;
+}
+
+/** One pass over the header list; an `:authority` that disagrees with Host is refused here. */
+function scanFields(raw: readonly string[]): Fields | HeadProblem {
+  const fields: Fields = { hosts: 0, host: "", lengths: 0, length: "", codings: 0, coding: "" };
   let authority = false;
-  let hostValue = "";
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i];
     if (name.length === 4 && name.toLowerCase() === "host") {
       if (authority) {
-        if (raw[i + 1] !== hostValue) {
-          return { kind: "bad_request", detail: ":authority differs from Host" };
-        }
+        if (raw[i + 1] !== fields.host) return AUTHORITY_DIFFERS;
         continue;
       }
-      hosts++;
-      hostValue = raw[i + 1];
+      fields.hosts++;
+      fields.host = raw[i + 1];
     } else if (name.length === 14 && name.toLowerCase() === "content-length") {
-      lengths++;
-      length = raw[i + 1];
+      fields.lengths++;
+      fields.length = raw[i + 1];
     } else if (name.length === 17 && name.toLowerCase() === "transfer-encoding") {
-      codings++;
-      coding = raw[i + 1];
+      fields.codings++;
+      fields.coding = raw[i + 1];
     } else if (name === ":authority") {
       // HTTP/2 (RFC 9113 §8.3.1): the authority pseudo-header stands for Host; both must agree.
-      if (hosts > 0 && raw[i + 1] !== hostValue) {
-        return { kind: "bad_request", detail: ":authority differs from Host" };
-      }
-      if (hosts === 0) hosts = 1;
+      if (fields.hosts > 0 && raw[i + 1] !== fields.host) return AUTHORITY_DIFFERS;
+      if (fields.hosts === 0) fields.hosts = 1;
       authority = true;
-      hostValue = raw[i + 1];
+      fields.host = raw[i + 1];
     }
   }
+  return fields;
+}
+
+const AUTHORITY_DIFFERS: HeadProblem = {
+  kind: "bad_request",
+  detail: ":authority differs from Host",
+};
+
+/** How the body is framed, or why the framing fields are refused (each a smuggler's tool). */
+function framing(request: IncomingMessage, fields: Fields): BodyFraming | HeadProblem {
+  const { hosts, lengths, codings } = fields;
   if (hosts > 1) return { kind: "bad_request", detail: "more than one Host header" };
   const chunked = codings > 0;
   // Chunked alone: any other coding (`identity, chunked`, `gzip, chunked`) or a second field is
   // refused, as h11 and nginx refuse it — a peer that reads the list differently is a smuggler's.
-  if (codings > 1 || (chunked && coding.trim().toLowerCase() !== "chunked")) {
+  if (codings > 1 || (chunked && fields.coding.trim().toLowerCase() !== "chunked")) {
     return { kind: "bad_request", detail: "a Transfer-Encoding other than chunked alone" };
   }
   const http11 = request.httpVersionMajor >= 2 ||
@@ -141,32 +179,35 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
     return { kind: "bad_request", detail: "Transfer-Encoding with Content-Length" };
   }
   if (lengths > 1) return { kind: "bad_request", detail: "more than one Content-Length" };
-  const body = bodyFraming(request, chunked, lengths === 1 ? length : undefined);
+  const body = bodyFraming(request, chunked, lengths === 1 ? fields.length : undefined);
   if (typeof body === "string" && body !== "chunked" && body !== "none") {
     return { kind: "bad_request", detail: body };
   }
-  const method = request.method ?? "GET";
-  if (carriesBody(body) && NO_BODY_METHODS.has(method)) {
-    return { kind: "body_not_allowed", detail: `a body on ${method}` };
-  }
-  if (hosts === 1 && !HOST.test(hostValue)) return { kind: "bad_request", detail: "invalid Host" };
+  return body as BodyFraming;
+}
 
-  const full = request.url ?? "";
+/**
+ * The request target as path, query and host: origin-form, `*` for OPTIONS, or absolute-form
+ * (whose authority must name the Host's); the path made canonical.
+ */
+function readTarget(
+  full: string,
+  method: string,
+  fields: Fields,
+  limits: HeadLimits,
+): { path: string; query: string; host: string } | HeadProblem {
   if (full.length > limits.targetBytes) {
     return { kind: "uri_too_long", detail: `${full.length} byte target` };
   }
   // A fragment is not part of the request (RFC 9110 §7.1): drop it before splitting path and query.
   const hash = full.indexOf("#");
   const target = hash === -1 ? full : full.slice(0, hash);
-  let path: string;
-  let query = "";
-  let host = normalizeHost(hostValue);
+  let host = normalizeHost(fields.host);
+  let rest: string;
   if (target.startsWith("/")) {
-    const cut = target.indexOf("?");
-    path = cut === -1 ? target : target.slice(0, cut);
-    query = cut === -1 ? "" : target.slice(cut);
+    rest = target;
   } else if (target === "*" && method === "OPTIONS") {
-    path = "*";
+    return { path: "*", query: "", host };
   } else if (/^https?:\/\//i.test(target)) {
     let url: URL;
     try {
@@ -175,7 +216,7 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
       return { kind: "bad_request", detail: "unparsable absolute-form target" };
     }
     const authority = normalizeHost(url.host);
-    if (hosts === 1 && authority !== host) {
+    if (fields.hosts === 1 && authority !== host) {
       return { kind: "bad_request", detail: "absolute-form authority differs from Host" };
     }
     host = authority;
@@ -183,19 +224,16 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
     const start = target.indexOf("//") + 2;
     const end = target.slice(start).search(/[/?]/);
     const tail = end === -1 ? "" : target.slice(start + end);
-    const rest = tail.startsWith("/") ? tail : `/${tail}`;
-    const cut = rest.indexOf("?");
-    path = cut === -1 ? rest : rest.slice(0, cut);
-    query = cut === -1 ? "" : rest.slice(cut);
+    rest = tail.startsWith("/") ? tail : `/${tail}`;
   } else {
     return { kind: "bad_request", detail: "unsupported request target" };
   }
-  if (path !== "*") {
-    const canonical = canonicalPath(path, limits.paths ?? DEFAULT_PATH_RULES);
-    if (typeof canonical !== "string") return { kind: "ambiguous_path", detail: canonical.detail };
-    path = canonical;
-  }
-  return { method, path, query, host, body };
+  const cut = rest.indexOf("?");
+  const path = cut === -1 ? rest : rest.slice(0, cut);
+  const query = cut === -1 ? "" : rest.slice(cut);
+  const canonical = canonicalPath(path, limits.paths ?? DEFAULT_PATH_RULES);
+  if (typeof canonical !== "string") return { kind: "ambiguous_path", detail: canonical.detail };
+  return { path: canonical, query, host };
 }
 
 /**
