@@ -345,6 +345,30 @@ Deno.test("maintenance: 503 with Retry-After and the envelope; health paths unaf
   });
 });
 
+Deno.test("maintenance answers before the policies: it spends no rate budget", async () => {
+  await withProxyEdge({
+    policies: { rate_limit: { per_second: 0.1, burst: 2 } },
+    routes: (site) => [apiRoute(site, {}), {
+      name: "checkout",
+      match: { prefix: "/checkout" },
+      maintenance: { retry_after_s: 60 },
+      proxy: { backends: [{ url: site.backend }] },
+    }],
+  }, async (p) => {
+    // Five maintenance answers: more than the burst, none of them a 429.
+    for (let i = 0; i < 5; i++) {
+      const response = await p.send({ path: "/checkout/pay" });
+      failure(response, 503, "maintenance");
+      assert.equal(response.headers["ratelimit-remaining"], undefined, "no rate check ran");
+    }
+    const served = await p.send({ path: "/api/echo" });
+    assert.equal(served.status, 200);
+    assert.equal(served.headers["ratelimit-remaining"], "1", "the whole burst was still there");
+    assert.equal(await metric(p, 'portcullis_policy_denied_total{phase="rate_limit"}'), undefined);
+    assert.equal(p.upstream.seen.length, 1);
+  });
+});
+
 Deno.test("priority shedding: low priority is shed from the reserved top slots, high is served", async () => {
   await withProxyEdge({
     routes: (site) => [
