@@ -145,3 +145,11 @@ Deno.test("layers: the checker sees an upward import, a type-only one and a dyna
   assert.ok(!forbidden({ from: "src/edge/edge.ts", to: "src/edge/plan.ts", line: 1 }));
   assert.ok(!forbidden({ from: "src/pipeline/runner.ts", to: "src/server/write.ts", line: 1 }));
 });
+
+Deno.test("layers: docs/architecture.md names every module and every layer", async () => {
+  const doc = await Deno.readTextFile(join(ROOT, "docs/architecture.md"));
+  const unnamed = (await sources()).filter((file) => !doc.includes(`\`${file}\``));
+  assert.deepEqual(unnamed, [], "add a line for each to the file table in docs/architecture.md");
+  const folders = LAYERS.flat().filter((folder) => !folder.endsWith(".ts"));
+  assert.deepEqual(folders.filter((folder) => !doc.includes(`\`${folder}/\``)), []);
+});
