@@ -165,19 +165,89 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
   const checked = validateFile(BootstrapSchema, source);
   if (!checked.ok) throw new ConfigError(checked.problems);
   const raw = checked.value;
+  const resolve = pathResolver(file);
+  const lanes = resolveLanes(raw, resolve);
+  const publicTls = publicTlsOf(raw, resolve);
+  const runtime = runtimeSource(raw, resolve, source);
+  return {
+    file,
+    nodeId: raw.node_id,
+    mode: raw.mode,
+    workers: raw.workers === "auto" ? Math.max(1, navigator.hardwareConcurrency || 1) : raw.workers,
+    workersSetting: raw.workers,
+    sharedEventLoop: raw.shared_event_loop,
+    runtime,
+    lanes,
+    timeouts: timeoutsOf(raw),
+    paths: { mergeSlashes: raw.paths.merge_slashes, escapedSlashes: raw.paths.escaped_slashes },
+    forwarding: forwardingOf(raw),
+    limits: {
+      headerBytes: raw.limits.header_bytes,
+      headers: raw.limits.headers,
+      targetBytes: raw.limits.target_bytes,
+    },
+    drainMs: raw.drain.timeout_ms,
+    tls: publicTls,
+    acme: acmeOf(raw, resolve),
+    passthrough: passthroughOf(raw, resolve),
+    trustedProxies: raw.trusted_proxies,
+    admin: { tokenFile: optionalPath(raw.admin.token_file, resolve) },
+    observe: observeOf(raw, resolve),
+    egress: raw.egress,
+    ledger: raw.ledger,
+    source,
+  };
+}
+
+/** Turns a path written in a config file into one that does not depend on the working folder. */
+type Resolve = (path: string) => string;
+
+/**
+ * Resolves paths the way a config file means them: relative to the file's own folder.
+ *
+ * @param file the config file, as named on the command line
+ * @returns the resolver: absolute paths are kept, relative ones joined to the file's folder
+ */
+export function pathResolver(file: string): Resolve {
   const base = dirname(file);
-  const resolve = (path: string) => normalize(path.startsWith("/") ? path : join(base, path));
+  return (path) => normalize(path.startsWith("/") ? path : join(base, path));
+}
+
+/**
+ * A listener as written, with a Unix socket's path resolved.
+ *
+ * @param listener the listener as the schema parsed it
+ * @param resolve the config file's {@link pathResolver}
+ */
+export function listenerAddress(listener: ListenerConfig, resolve: Resolve): ListenerAddress {
+  return "path" in listener
+    ? { kind: "unix", path: resolve(listener.path) }
+    : { kind: "tcp", hostname: listener.hostname, port: listener.port };
+}
+
+/** A path that may be absent, resolved when present. */
+function optionalPath(path: string | undefined, resolve: Resolve): string | undefined {
+  return path === undefined ? undefined : resolve(path);
+}
+
+/** The configured lanes with their listeners resolved; an absent lane stays absent. */
+function resolveLanes(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["lanes"] {
   const lanes: Partial<Record<LaneName, LaneConfig>> = {};
-  const address = (listener: ListenerConfig): ListenerAddress =>
-    "path" in listener
-      ? { kind: "unix", path: resolve(listener.path) }
-      : { kind: "tcp", hostname: listener.hostname, port: listener.port };
   for (const name of ["public", "local_health", "provider_health"] as const) {
     const lane = raw.lanes[name];
-    if (lane) lanes[name] = { listen: lane.listen.map(address), allow: lane.allow };
+    if (!lane) continue;
+    lanes[name] = {
+      listen: lane.listen.map((l) => listenerAddress(l, resolve)),
+      allow: lane.allow,
+    };
   }
-  const { tls, acme_http: acme, passthrough } = raw.lanes.public;
-  const publicTls: PublicTls | undefined = tls && {
+  return lanes;
+}
+
+/** The public lane's TLS with certificate paths resolved; the name defaults to the node id. */
+function publicTlsOf(raw: BootstrapConfig, resolve: Resolve): PublicTls | undefined {
+  const tls = raw.lanes.public.tls;
+  return tls && {
     certificates: tls.certificates.map((c) => ({
       certFile: resolve(c.cert_file),
       keyFile: resolve(c.key_file),
@@ -188,63 +258,56 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     name: tls.name ?? raw.node_id.toLowerCase(),
     watch: tls.watch,
   };
-  const runtime = runtimeSource(raw, resolve, source, file);
+}
+
+/** The public lane's ACME http-01 companion listener, its challenge folder resolved. */
+function acmeOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["acme"] {
+  const acme = raw.lanes.public.acme_http;
+  return acme && {
+    listen: { kind: "tcp", hostname: acme.hostname, port: acme.port },
+    challengeDir: resolve(acme.challenge_dir),
+    otherwise: acme.otherwise,
+  };
+}
+
+/** The public lane's SNI passthrough listeners, resolved. */
+function passthroughOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["passthrough"] {
+  const passthrough = raw.lanes.public.passthrough;
+  return passthrough && {
+    listen: passthrough.listen.map((l) => listenerAddress(l, resolve)),
+    helloTimeoutMs: passthrough.hello_timeout_ms,
+  };
+}
+
+/** The connection and request timeouts, renamed to the code's spelling. */
+function timeoutsOf(raw: BootstrapConfig): EdgeConfig["timeouts"] {
   return {
-    file,
-    nodeId: raw.node_id,
-    mode: raw.mode,
-    workers: raw.workers === "auto" ? Math.max(1, navigator.hardwareConcurrency || 1) : raw.workers,
-    workersSetting: raw.workers,
-    sharedEventLoop: raw.shared_event_loop,
-    runtime,
-    lanes,
-    timeouts: {
-      headerMs: raw.timeouts.header_ms,
-      idleMs: raw.timeouts.idle_ms,
-      requestMs: raw.timeouts.request_ms,
-      sendMs: raw.timeouts.send_ms,
-      minSendRate: raw.timeouts.min_send_rate,
-      tunnelIdleMs: raw.timeouts.tunnel_idle_ms,
-    },
-    paths: {
-      mergeSlashes: raw.paths.merge_slashes,
-      escapedSlashes: raw.paths.escaped_slashes,
-    },
-    forwarding: {
-      via: raw.forwarding.via === false ? undefined : raw.forwarding.via,
-      // Folded as hygiene folds names: lower case, "_" read as "-".
-      clientIpHeaders: (raw.forwarding.client_ip_headers ?? DEFAULT_CLIENT_IP_HEADERS).map((name) =>
-        name.toLowerCase().replaceAll("_", "-")
-      ),
-    },
-    limits: {
-      headerBytes: raw.limits.header_bytes,
-      headers: raw.limits.headers,
-      targetBytes: raw.limits.target_bytes,
-    },
-    drainMs: raw.drain.timeout_ms,
-    tls: publicTls,
-    acme: acme && {
-      listen: { kind: "tcp", hostname: acme.hostname, port: acme.port },
-      challengeDir: resolve(acme.challenge_dir),
-      otherwise: acme.otherwise,
-    },
-    passthrough: passthrough && {
-      listen: passthrough.listen.map(address),
-      helloTimeoutMs: passthrough.hello_timeout_ms,
-    },
-    trustedProxies: raw.trusted_proxies,
-    admin: {
-      tokenFile: raw.admin.token_file === undefined ? undefined : resolve(raw.admin.token_file),
-    },
-    observe: {
-      saltFile: raw.observe.salt_file === undefined ? undefined : resolve(raw.observe.salt_file),
-      accessLog: raw.observe.access_log,
-      logLevel: raw.observe.log_level,
-    },
-    egress: raw.egress,
-    ledger: raw.ledger,
-    source,
+    headerMs: raw.timeouts.header_ms,
+    idleMs: raw.timeouts.idle_ms,
+    requestMs: raw.timeouts.request_ms,
+    sendMs: raw.timeouts.send_ms,
+    minSendRate: raw.timeouts.min_send_rate,
+    tunnelIdleMs: raw.timeouts.tunnel_idle_ms,
+  };
+}
+
+/** The Via pseudonym (`false`: none) and the client-address header names, folded. */
+function forwardingOf(raw: BootstrapConfig): EdgeConfig["forwarding"] {
+  return {
+    via: raw.forwarding.via === false ? undefined : raw.forwarding.via,
+    // Folded as hygiene folds names: lower case, "_" read as "-".
+    clientIpHeaders: (raw.forwarding.client_ip_headers ?? DEFAULT_CLIENT_IP_HEADERS).map((name) =>
+      name.toLowerCase().replaceAll("_", "-")
+    ),
+  };
+}
+
+/** Observability settings, the salt file resolved. */
+function observeOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["observe"] {
+  return {
+    saltFile: optionalPath(raw.observe.salt_file, resolve),
+    accessLog: raw.observe.access_log,
+    logLevel: raw.observe.log_level,
   };
 }
 
@@ -265,79 +328,99 @@ export function tenantsFolderOf(config: EdgeConfig): string | undefined {
   return config.runtime.kind === "local" ? config.runtime.dir : undefined;
 }
 
+/** Records one problem about a field of the file being resolved. */
+type Report = (path: (string | number)[], message: string, value?: unknown) => void;
+
 /** The mode's fields, checked together: a tenants folder for local, a hub and cache for remote. */
-function runtimeSource(
-  raw: BootstrapConfig,
-  resolve: (path: string) => string,
-  source: YamlFile,
-  file: string,
-): RuntimeSource {
+function runtimeSource(raw: BootstrapConfig, resolve: Resolve, source: YamlFile): RuntimeSource {
   const problems: ConfigProblem[] = [];
-  const problem = (path: (string | number)[], message: string, value?: unknown) =>
-    problems.push({ file, path, value, message, at: source.locate(path) });
-  if (raw.mode === "local") {
-    if (raw.tenants_dir === undefined) problem(["tenants_dir"], "Local mode needs tenants_dir");
-    if (raw.hub) problem(["hub"], 'hub is for mode "remote"');
-    if (raw.cache_dir !== undefined) problem(["cache_dir"], 'cache_dir is for mode "remote"');
-    if (problems.length > 0) throw new ConfigError(problems);
-    return {
-      kind: "local",
-      dir: resolve(raw.tenants_dir!),
-      watch: raw.runtime.watch,
-      debounceMs: raw.runtime.debounce_ms,
-    };
-  }
-  const hub = raw.hub;
-  if (raw.tenants_dir !== undefined) {
-    problem(["tenants_dir"], "Remote mode takes its tenants from the hub, not a folder");
-  }
-  if (!hub) problem(["hub"], "Remote mode needs hub: {url, ...}");
-  if (raw.cache_dir === undefined) problem(["cache_dir"], "Remote mode needs cache_dir");
-  if (hub) {
-    const https = hub.url.startsWith("https:");
-    const missing = https
-      ? (["ca_file", "cert_file", "key_file"] as const).filter((k) => hub[k] === undefined)
-      : hub.token_file === undefined
-      ? ["token_file"]
-      : [];
-    for (const key of missing) {
-      problem(
-        ["hub", key],
-        https
-          ? "An https hub authenticates this node by client certificate: set ca_file, cert_file " +
-            "and key_file"
-          : "An http hub authenticates this node by token: set token_file",
-      );
-    }
-    if (https && hub.token_file !== undefined) {
-      problem(["hub", "token_file"], "An https hub uses the client certificate, not a token");
-    }
-    if (hub.backoff_initial_ms > hub.backoff_max_ms) {
-      problem(
-        ["hub", "backoff_initial_ms"],
-        `The first delay is longer than the cap (${hub.backoff_max_ms} ms)`,
-        hub.backoff_initial_ms,
-      );
-    }
-  }
+  const report: Report = (path, message, value) =>
+    problems.push({ file: source.file, path, value, message, at: source.locate(path) });
+  if (raw.mode === "local") checkLocalMode(raw, report);
+  else checkRemoteMode(raw, report);
   if (problems.length > 0) throw new ConfigError(problems);
-  const url = new URL(hub!.url);
+  return raw.mode === "local" ? localSource(raw, resolve) : remoteSource(raw, resolve);
+}
+
+/** Local mode reads a tenants folder: it needs one, and takes neither a hub nor a cache. */
+function checkLocalMode(raw: BootstrapConfig, report: Report): void {
+  if (raw.tenants_dir === undefined) report(["tenants_dir"], "Local mode needs tenants_dir");
+  if (raw.hub) report(["hub"], 'hub is for mode "remote"');
+  if (raw.cache_dir !== undefined) report(["cache_dir"], 'cache_dir is for mode "remote"');
+}
+
+/** Remote mode follows a hub: it needs the hub and a cache, and takes no tenants folder. */
+function checkRemoteMode(raw: BootstrapConfig, report: Report): void {
+  if (raw.tenants_dir !== undefined) {
+    report(["tenants_dir"], "Remote mode takes its tenants from the hub, not a folder");
+  }
+  if (!raw.hub) report(["hub"], "Remote mode needs hub: {url, ...}");
+  if (raw.cache_dir === undefined) report(["cache_dir"], "Remote mode needs cache_dir");
+  if (raw.hub) checkHub(raw.hub, report);
+}
+
+/** The hub settings as the schema parsed them. */
+type HubSettings = NonNullable<BootstrapConfig["hub"]>;
+
+/** The hub's fields: one way to authenticate, matching its scheme, and a backoff under its cap. */
+function checkHub(hub: HubSettings, report: Report): void {
+  const https = hub.url.startsWith("https:");
+  const missing = https
+    ? (["ca_file", "cert_file", "key_file"] as const).filter((k) => hub[k] === undefined)
+    : hub.token_file === undefined
+    ? ["token_file"]
+    : [];
+  for (const key of missing) {
+    report(
+      ["hub", key],
+      https
+        ? "An https hub authenticates this node by client certificate: set ca_file, cert_file " +
+          "and key_file"
+        : "An http hub authenticates this node by token: set token_file",
+    );
+  }
+  if (https && hub.token_file !== undefined) {
+    report(["hub", "token_file"], "An https hub uses the client certificate, not a token");
+  }
+  if (hub.backoff_initial_ms > hub.backoff_max_ms) {
+    report(
+      ["hub", "backoff_initial_ms"],
+      `The first delay is longer than the cap (${hub.backoff_max_ms} ms)`,
+      hub.backoff_initial_ms,
+    );
+  }
+}
+
+/** A checked local mode: the tenants folder, resolved, and how it is watched. */
+function localSource(raw: BootstrapConfig, resolve: Resolve): RuntimeSource {
+  return {
+    kind: "local",
+    dir: resolve(raw.tenants_dir!),
+    watch: raw.runtime.watch,
+    debounceMs: raw.runtime.debounce_ms,
+  };
+}
+
+/** A checked remote mode: the hub connection and the cache folder, paths resolved. */
+function remoteSource(raw: BootstrapConfig, resolve: Resolve): RuntimeSource {
+  const hub = raw.hub!;
+  const url = new URL(hub.url);
   return {
     kind: "remote",
     hub: {
-      url: hub!.url,
+      url: hub.url,
       address: url.host,
-      tls: hub!.ca_file
+      tls: hub.ca_file
         ? {
-          caFile: resolve(hub!.ca_file),
-          certFile: resolve(hub!.cert_file!),
-          keyFile: resolve(hub!.key_file!),
+          caFile: resolve(hub.ca_file),
+          certFile: resolve(hub.cert_file!),
+          keyFile: resolve(hub.key_file!),
         }
         : undefined,
-      tokenFile: hub!.token_file === undefined ? undefined : resolve(hub!.token_file),
-      pollTimeoutMs: hub!.poll_timeout_ms,
-      backoffInitialMs: hub!.backoff_initial_ms,
-      backoffMaxMs: hub!.backoff_max_ms,
+      tokenFile: optionalPath(hub.token_file, resolve),
+      pollTimeoutMs: hub.poll_timeout_ms,
+      backoffInitialMs: hub.backoff_initial_ms,
+      backoffMaxMs: hub.backoff_max_ms,
     },
     cacheDir: resolve(raw.cache_dir!),
   };

@@ -262,6 +262,28 @@ export async function socksProbe(
 
 type FailureDetail = { reply?: number; cause?: unknown };
 
+/** Where the exchange stands: which answer it waits for next. */
+type Phase = "connect" | "greeting" | "auth" | "reply";
+
+/** One handshake in flight: what it sends, what it has read so far, and how it settles. */
+interface Exchange {
+  readonly socket: Socket;
+  /** `SOCKS instance host:port`, the subject of the instance's failures. */
+  readonly name: string;
+  /** The RFC 1929 request, when credentials are offered. */
+  readonly auth: Uint8Array | null;
+  /** The CONNECT request; null for a probe, which settles after the greeting (and auth). */
+  readonly request: Uint8Array | null;
+  readonly options: SocksConnectOptions;
+  phase: Phase;
+  /** Bytes received and not yet consumed. */
+  buffer: Uint8Array;
+  /** Settles with a classified failure; the socket is destroyed. */
+  fail(kind: SocksFailureKind, message: string, extra?: FailureDetail): void;
+  /** Settles with the socket, this module's listeners removed and `leftover` unshifted back. */
+  succeed(leftover?: Uint8Array): void;
+}
+
 /**
  * Runs connect → greeting → (auth) → CONNECT on one socket, settling exactly once; with no
  * `request`, it settles after the greeting and authentication (a probe).
@@ -274,108 +296,198 @@ function handshake(
 ): Promise<Socket> {
   const { hostname, port } = instance;
   const where = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
-  const name = `SOCKS instance ${where}`;
-  const { signal, timeoutMs } = options;
+  const { signal } = options;
   return new Promise<Socket>(function runHandshake(resolve, reject) {
-    const aborted = `SOCKS handshake with ${where} was aborted`;
     if (signal?.aborted) {
-      return reject(new SocksError("aborted", aborted, { cause: signal.reason }));
+      const message = `SOCKS handshake with ${where} was aborted`;
+      return reject(new SocksError("aborted", message, { cause: signal.reason }));
     }
-    let phase: "connect" | "greeting" | "auth" | "reply" = "connect";
-    let buffer = new Uint8Array(0);
-    const socket = connect({ host: hostname, port });
-    const timer = setTimeout(function onHandshakeTimeout() {
-      fail("timeout", `SOCKS handshake with ${where} did not finish within ${timeoutMs} ms`);
-    }, timeoutMs);
-    const listeners = {
-      connect: onConnect,
-      readable: onReadable,
-      end: onClosed,
-      close: onClosed,
-      error: onError,
-    };
+    openExchange({ instance, where, request, auth, options }, { resolve, reject });
+  });
+}
 
-    function detach(): void {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-      for (const [event, listener] of Object.entries(listeners)) socket.off(event, listener);
-    }
-    function fail(kind: SocksFailureKind, message: string, extra?: FailureDetail): void {
+/** One attempt as asked for: the instance (`where` as messages spell it) and what to send it. */
+interface Attempt extends Pick<Exchange, "request" | "auth" | "options"> {
+  readonly instance: SocksInstance;
+  readonly where: string;
+}
+
+/** The handshake promise's two ways out. */
+interface Settle {
+  resolve(socket: Socket): void;
+  reject(error: SocksError): void;
+}
+
+/** Step 0, connect: opens the socket and bounds the whole exchange by the timeout and the signal. */
+function openExchange(attempt: Attempt, settle: Settle): void {
+  const { instance: { hostname, port }, where, options: { signal, timeoutMs } } = attempt;
+  const socket = connect({ host: hostname, port });
+  const timer = setTimeout(function onHandshakeTimeout() {
+    exchange.fail("timeout", `SOCKS handshake with ${where} did not finish within ${timeoutMs} ms`);
+  }, timeoutMs);
+  function onAbort(): void {
+    const message = `SOCKS handshake with ${where} was aborted`;
+    exchange.fail("aborted", message, { cause: signal?.reason });
+  }
+  function detach(): void {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", onAbort);
+    for (const [event, listener] of Object.entries(listeners)) socket.off(event, listener);
+  }
+  const exchange: Exchange = {
+    socket,
+    name: `SOCKS instance ${where}`,
+    auth: attempt.auth,
+    request: attempt.request,
+    options: attempt.options,
+    phase: "connect",
+    buffer: new Uint8Array(0),
+    ...settlers(socket, detach, settle),
+  };
+  const listeners = socketListeners(exchange);
+  signal?.addEventListener("abort", onAbort, { once: true });
+  for (const [event, listener] of Object.entries(listeners)) socket.on(event, listener);
+}
+
+/** Settling, each after `detach`: a failure destroys the socket, a success hands it over. */
+function settlers(
+  socket: Socket,
+  detach: () => void,
+  settle: Settle,
+): Pick<Exchange, "fail" | "succeed"> {
+  return {
+    fail(kind, message, extra) {
       detach();
       socket.on("error", function ignoreLateError() {});
       socket.destroy();
-      reject(new SocksError(kind, message, extra));
-    }
-    function broken(what: string): void {
-      fail("instance_protocol", `${name} ${what}`);
-    }
-    function onAbort(): void {
-      fail("aborted", aborted, { cause: signal?.reason });
-    }
-    function onError(error: Error & { code?: string }): void {
-      const code = error.code ?? error.name;
-      if (phase !== "connect") {
-        fail("instance_protocol", `${name} failed during the handshake: ${code}`, { cause: error });
-      } else fail("instance_unreachable", `Cannot connect to ${name}: ${code}`, { cause: error });
-    }
-    function onClosed(): void {
-      broken("closed the connection during the handshake");
-    }
-    function onConnect(): void {
-      phase = "greeting";
-      socket.setNoDelay(true);
-      socket.write(auth ? Uint8Array.of(0x05, 2, 0x00, 0x02) : Uint8Array.of(0x05, 1, 0x00));
-    }
-    function onReadable(): void {
-      for (let chunk = socket.read(); chunk !== null; chunk = socket.read()) {
-        const joined = new Uint8Array(buffer.length + chunk.length);
-        joined.set(buffer);
-        joined.set(chunk, buffer.length);
-        buffer = joined;
-      }
-      while (buffer.length >= 2 && phase !== "reply") {
-        const [version, code] = buffer;
-        buffer = buffer.subarray(2);
-        if (phase === "greeting" && version !== 0x05) {
-          return broken(`is not SOCKS5 (version byte ${hex(version)})`);
-        }
-        if (phase === "greeting" && code === 0xff) {
-          return broken("accepted none of the offered auth methods");
-        }
-        if (phase === "greeting" && code !== 0x00 && !(code === 0x02 && auth)) {
-          return broken(`chose auth method ${hex(code)}, which was not offered`);
-        }
-        if (phase === "auth" && code !== 0x00) return broken("refused the username and password");
-        phase = phase === "greeting" && code === 0x02 ? "auth" : "reply";
-        if (phase === "reply" && request === null) {
-          detach();
-          return resolve(socket);
-        }
-        socket.write(phase === "auth" ? auth! : request!);
-      }
-      if (phase === "reply") readReply();
-    }
-    function readReply(): void {
-      if (buffer.length < 2) return;
-      const [version, reply] = buffer;
-      if (version !== 0x05) return broken("sent a CONNECT reply that is not SOCKS5");
-      if (reply !== 0x00) {
-        const [kind, text] = classifyReply(reply);
-        const what = kind === "rejected" ? "rejected the CONNECT" : "cannot reach the destination";
-        return fail(kind, `${name} ${what}: ${text} (reply ${hex(reply)})`, { reply });
-      }
-      if (buffer.length < 4) return;
-      const length = replyLength(buffer[3], buffer);
-      if (length === undefined) return broken(`sent a reply with address type ${hex(buffer[3])}`);
-      if (buffer.length < length) return;
-      const refusal = options.onBound?.(boundAddress(buffer));
-      if (refusal !== undefined) return fail("refused", refusal);
+      settle.reject(new SocksError(kind, message, extra));
+    },
+    succeed(leftover) {
       detach();
-      if (buffer.length > length) socket.unshift(buffer.subarray(length));
-      resolve(socket);
-    }
+      if (leftover !== undefined && leftover.length > 0) socket.unshift(leftover);
+      settle.resolve(socket);
+    },
+  };
+}
 
-    signal?.addEventListener("abort", onAbort, { once: true });
-    for (const [event, listener] of Object.entries(listeners)) socket.on(event, listener);
-  });
+/** The socket events the exchange listens to, each a named step so stack traces say which ran. */
+function socketListeners(exchange: Exchange) {
+  function onClosed(): void {
+    broken(exchange, "closed the connection during the handshake");
+  }
+  return {
+    connect: function onConnect(): void {
+      sendGreeting(exchange);
+    },
+    readable: function onReadable(): void {
+      readAnswers(exchange);
+    },
+    end: onClosed,
+    close: onClosed,
+    error: function onError(error: Error & { code?: string }): void {
+      failOnSocketError(exchange, error);
+    },
+  };
+}
+
+/** Fails the exchange as the instance breaking the protocol: `what` follows its name. */
+function broken(exchange: Exchange, what: string): void {
+  exchange.fail("instance_protocol", `${exchange.name} ${what}`);
+}
+
+/** A socket error: before the TCP connect the instance is unreachable, after it the exchange broke. */
+function failOnSocketError(exchange: Exchange, error: Error & { code?: string }): void {
+  const code = error.code ?? error.name;
+  const { name } = exchange;
+  if (exchange.phase !== "connect") {
+    const message = `${name} failed during the handshake: ${code}`;
+    return exchange.fail("instance_protocol", message, { cause: error });
+  }
+  exchange.fail("instance_unreachable", `Cannot connect to ${name}: ${code}`, { cause: error });
+}
+
+/** Step 1, greeting (RFC 1928 §3): offers no auth, and username/password with credentials. */
+function sendGreeting(exchange: Exchange): void {
+  exchange.phase = "greeting";
+  exchange.socket.setNoDelay(true);
+  exchange.socket.write(
+    exchange.auth ? Uint8Array.of(0x05, 2, 0x00, 0x02) : Uint8Array.of(0x05, 1, 0x00),
+  );
+}
+
+/** Takes what arrived and handles every complete answer the current step waits for. */
+function readAnswers(exchange: Exchange): void {
+  for (let chunk = exchange.socket.read(); chunk !== null; chunk = exchange.socket.read()) {
+    const joined = new Uint8Array(exchange.buffer.length + chunk.length);
+    joined.set(exchange.buffer);
+    joined.set(chunk, exchange.buffer.length);
+    exchange.buffer = joined;
+  }
+  while (exchange.buffer.length >= 2 && exchange.phase !== "reply") {
+    if (!takeNegotiationAnswer(exchange)) return;
+  }
+  if (exchange.phase === "reply") readConnectReply(exchange);
+}
+
+/**
+ * Steps 2–3, method choice and auth status: checks one two-byte answer, then sends the next
+ * message (auth or CONNECT) or, for a probe, settles.
+ *
+ * @returns false once the exchange has settled
+ */
+function takeNegotiationAnswer(exchange: Exchange): boolean {
+  const [version, code] = exchange.buffer;
+  exchange.buffer = exchange.buffer.subarray(2);
+  const problem = negotiationProblem(exchange, version, code);
+  if (problem !== undefined) {
+    broken(exchange, problem);
+    return false;
+  }
+  exchange.phase = exchange.phase === "greeting" && code === 0x02 ? "auth" : "reply";
+  if (exchange.phase === "reply" && exchange.request === null) {
+    exchange.succeed();
+    return false;
+  }
+  exchange.socket.write(exchange.phase === "auth" ? exchange.auth! : exchange.request!);
+  return true;
+}
+
+/** What is wrong with a method choice (RFC 1928 §3) or auth status (RFC 1929 §2), if anything. */
+function negotiationProblem(exchange: Exchange, version: number, code: number): string | undefined {
+  if (exchange.phase === "auth") {
+    return code !== 0x00 ? "refused the username and password" : undefined;
+  }
+  if (exchange.phase !== "greeting") return undefined;
+  if (version !== 0x05) return `is not SOCKS5 (version byte ${hex(version)})`;
+  if (code === 0xff) return "accepted none of the offered auth methods";
+  if (code !== 0x00 && !(code === 0x02 && exchange.auth)) {
+    return `chose auth method ${hex(code)}, which was not offered`;
+  }
+  return undefined;
+}
+
+/**
+ * Step 4, the CONNECT reply (RFC 1928 §6): a refusal is classified; a success waits for the whole
+ * bound address, lets `onBound` judge it, and hands over the socket with any bytes after it.
+ */
+function readConnectReply(exchange: Exchange): void {
+  const { buffer } = exchange;
+  if (buffer.length < 2) return;
+  const [version, reply] = buffer;
+  if (version !== 0x05) return broken(exchange, "sent a CONNECT reply that is not SOCKS5");
+  if (reply !== 0x00) {
+    const [kind, text] = classifyReply(reply);
+    const what = kind === "rejected" ? "rejected the CONNECT" : "cannot reach the destination";
+    const message = `${exchange.name} ${what}: ${text} (reply ${hex(reply)})`;
+    return exchange.fail(kind, message, { reply });
+  }
+  if (buffer.length < 4) return;
+  const length = replyLength(buffer[3], buffer);
+  if (length === undefined) {
+    return broken(exchange, `sent a reply with address type ${hex(buffer[3])}`);
+  }
+  if (buffer.length < length) return;
+  const refusal = exchange.options.onBound?.(boundAddress(buffer));
+  if (refusal !== undefined) return exchange.fail("refused", refusal);
+  exchange.succeed(buffer.subarray(length));
 }

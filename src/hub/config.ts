@@ -5,16 +5,20 @@
  *
  * @module
  */
-import { dirname, join, normalize } from "node:path";
 import { isLoopback, overlaps } from "../boot/distinct.ts";
 import type { Grant } from "../boot/flags.ts";
 import { CODE_GRANTS } from "../boot/flags.ts";
 import type { ListenerConfig } from "../config/bootstrap.ts";
-import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import {
+  formatAddress,
+  type ListenerAddress,
+  listenerAddress,
+  pathResolver,
+} from "../config/load.ts";
 import { ConfigError, type ConfigProblem } from "../config/problems.ts";
 import { validateFile } from "../config/validate.ts";
 import type { YamlFile } from "../config/yaml_file.ts";
-import { HubConfigSchema } from "./schema.ts";
+import { type HubConfigInput, HubConfigSchema } from "./schema.ts";
 
 /** A hub config, validated and resolved. */
 export interface HubConfig {
@@ -59,56 +63,13 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
   if (!checked.ok) throw new ConfigError(checked.problems);
   const raw = checked.value;
   const file = source.file;
-  const base = dirname(file);
-  const resolve = (path: string) => normalize(path.startsWith("/") ? path : join(base, path));
-  const address = (listener: ListenerConfig): ListenerAddress =>
-    "path" in listener
-      ? { kind: "unix", path: resolve(listener.path) }
-      : { kind: "tcp", hostname: listener.hostname, port: listener.port };
+  const resolve = pathResolver(file);
   const problems: ConfigProblem[] = [];
-  const problem = (path: (string | number)[], message: string, value?: unknown) =>
+  const report: Report = (path, message, value) =>
     problems.push({ file, path, value, message, at: source.locate(path) });
-
-  const { tls, tokens_dir: tokensDir } = raw.api;
-  if (!tls && tokensDir === undefined) {
-    problem(
-      ["api"],
-      "Nodes must authenticate: set api.tls (mutual TLS) or api.tokens_dir (one token per node)",
-    );
-  }
-  if (tls && tokensDir !== undefined) {
-    problem(
-      ["api", "tokens_dir"],
-      "With api.tls nodes authenticate by certificate; drop tokens_dir",
-    );
-  }
-  const listeners: { role: HubListenerRole; index: number; address: ListenerAddress }[] = [
-    ...raw.api.listen.map((l, index) => ({ role: "api" as const, index, address: address(l) })),
-    ...(raw.health?.listen ?? []).map((l, index) => ({
-      role: "health" as const,
-      index,
-      address: address(l),
-    })),
-  ];
-  for (const [i, a] of listeners.entries()) {
-    if (a.role === "health" && a.address.kind === "tcp" && !isLoopback(a.address.hostname)) {
-      problem(
-        ["health", "listen", a.index, "hostname"],
-        "The health listener serves reloads and node status: bind it to loopback or a Unix socket",
-        a.address.hostname,
-      );
-    }
-    for (const b of listeners.slice(i + 1)) {
-      if (overlaps(a.address, b.address)) {
-        problem(
-          [b.role, "listen", b.index],
-          `Overlaps ${a.role}.listen[${a.index}] (${formatAddress(a.address)}): each listener ` +
-            "must be its own socket",
-          formatAddress(b.address),
-        );
-      }
-    }
-  }
+  checkNodeAuthentication(raw.api, report);
+  const listeners = hubListeners(raw, resolve);
+  checkListeners(listeners, report);
   if (problems.length > 0) throw new ConfigError(problems);
   return {
     file,
@@ -117,20 +78,87 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
     watch: raw.runtime.watch,
     debounceMs: raw.runtime.debounce_ms,
     api: {
-      listen: listeners.filter((l) => l.role === "api").map((l) => l.address),
-      tls: tls && {
-        certFile: resolve(tls.cert_file),
-        keyFile: resolve(tls.key_file),
-        clientCaFile: resolve(tls.client_ca_file),
+      listen: addressesOf(listeners, "api"),
+      tls: raw.api.tls && {
+        certFile: resolve(raw.api.tls.cert_file),
+        keyFile: resolve(raw.api.tls.key_file),
+        clientCaFile: resolve(raw.api.tls.client_ca_file),
       },
-      tokensDir: tokensDir === undefined ? undefined : resolve(tokensDir),
+      tokensDir: raw.api.tokens_dir === undefined ? undefined : resolve(raw.api.tokens_dir),
       nodes: raw.api.nodes,
     },
-    health: listeners.filter((l) => l.role === "health").map((l) => l.address),
+    health: addressesOf(listeners, "health"),
     holdMs: raw.stream.hold_ms,
     history: raw.stream.history,
     timeouts: { headerMs: raw.timeouts.header_ms, idleMs: raw.timeouts.idle_ms },
   };
+}
+
+/** Records one problem about a field of the hub config. */
+type Report = (path: (string | number)[], message: string, value?: unknown) => void;
+
+/** One listener of the hub, with where it was written (`<role>.listen[<index>]`). */
+interface HubListener {
+  readonly role: HubListenerRole;
+  readonly index: number;
+  readonly address: ListenerAddress;
+}
+
+/** Nodes authenticate exactly one way: mutual TLS or token files, never neither nor both. */
+function checkNodeAuthentication(api: HubConfigInput["api"], report: Report): void {
+  const { tls, tokens_dir: tokensDir } = api;
+  if (!tls && tokensDir === undefined) {
+    report(
+      ["api"],
+      "Nodes must authenticate: set api.tls (mutual TLS) or api.tokens_dir (one token per node)",
+    );
+  }
+  if (tls && tokensDir !== undefined) {
+    report(
+      ["api", "tokens_dir"],
+      "With api.tls nodes authenticate by certificate; drop tokens_dir",
+    );
+  }
+}
+
+/** Every listener, API ones first, each resolved and tagged with where it was written. */
+function hubListeners(raw: HubConfigInput, resolve: (path: string) => string): HubListener[] {
+  const tagged = (role: HubListenerRole) => (listener: ListenerConfig, index: number) => ({
+    role,
+    index,
+    address: listenerAddress(listener, resolve),
+  });
+  return [
+    ...raw.api.listen.map(tagged("api")),
+    ...(raw.health?.listen ?? []).map(tagged("health")),
+  ];
+}
+
+/** The listener rules: health only on loopback (or a Unix socket), and no two listeners alike. */
+function checkListeners(listeners: readonly HubListener[], report: Report): void {
+  for (const [i, a] of listeners.entries()) {
+    if (a.role === "health" && a.address.kind === "tcp" && !isLoopback(a.address.hostname)) {
+      report(
+        ["health", "listen", a.index, "hostname"],
+        "The health listener serves reloads and node status: bind it to loopback or a Unix socket",
+        a.address.hostname,
+      );
+    }
+    for (const b of listeners.slice(i + 1)) {
+      if (!overlaps(a.address, b.address)) continue;
+      report(
+        [b.role, "listen", b.index],
+        `Overlaps ${a.role}.listen[${a.index}] (${formatAddress(a.address)}): each listener ` +
+          "must be its own socket",
+        formatAddress(b.address),
+      );
+    }
+  }
+}
+
+/** The addresses of one role's listeners, in the order written. */
+function addressesOf(listeners: readonly HubListener[], role: HubListenerRole): ListenerAddress[] {
+  return listeners.filter((l) => l.role === role).map((l) => l.address);
 }
 
 /**

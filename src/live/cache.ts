@@ -239,71 +239,114 @@ async function readAgainst(
   name: string,
   manifest: Manifest,
 ): Promise<{ files: Map<string, Uint8Array>; differences: string[] }> {
-  const folder = join(cacheDir, name);
-  const files = new Map<string, Uint8Array>();
-  const differences: string[] = [];
-  const reported = new Set<string>();
-  const differ = (path: string, what: string) => {
-    reported.add(path);
-    // A name on disk may hold anything, a line break included: quote it unless it is plain.
-    const shown = /^[\w./-]+$/.test(path) ? path : JSON.stringify(path);
-    differences.push(`${name}/${shown}: ${what}`);
-  };
-  let budget = FILE_SET_LIMITS.maxBytes;
-  let entries = 0;
-  const walk = async (relative: string): Promise<void> => {
-    const listing: Deno.DirEntry[] = [];
-    for await (const entry of Deno.readDir(join(folder, relative))) listing.push(entry);
-    listing.sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
-    for (const entry of listing) {
-      const path = relative ? `${relative}/${entry.name}` : entry.name;
-      if (path === MANIFEST) continue;
-      if (++entries > FILE_SET_LIMITS.maxFiles) throw new RangeError("Too many entries");
-      if (entry.isDirectory) {
-        await walk(path);
-        continue;
-      }
-      if (!entry.isFile) {
-        differ(path, "not a regular file");
-        continue;
-      }
-      const expected = Object.hasOwn(manifest.files, path) ? manifest.files[path] : undefined;
-      let data: Uint8Array;
-      try {
-        data = await readRooted(cacheDir, `${name}/${path}`, { maxBytes: budget });
-      } catch (error) {
-        const tooLarge = error instanceof RootedReadError && error.reason === "too_large";
-        differ(
-          path,
-          tooLarge ? `${error.size} bytes, more than the cache may hold` : whyNot(error),
-        );
-        continue;
-      }
-      budget -= data.length;
-      const found = await sha256(data);
-      files.set(path, data);
-      if (expected?.sha256 === found) continue;
-      const seen = `found sha256 ${short(found)} (${data.length} bytes)`;
-      differ(
-        path,
-        expected
-          ? `expected sha256 ${short(expected.sha256)} (${expected.bytes} bytes), ${seen}`
-          : `not in the manifest, ${seen}`,
-      );
-    }
+  const walk: FolderWalk = {
+    cacheDir,
+    name,
+    folder: join(cacheDir, name),
+    manifest,
+    files: new Map(),
+    differences: [],
+    reported: new Set(),
+    budget: FILE_SET_LIMITS.maxBytes,
+    entries: 0,
   };
   try {
-    await walk("");
+    await walkFolder(walk, "");
   } catch (error) {
-    differences.push(`${name}: cannot be read (${describeIoError(error)})`);
-    return { files, differences };
+    walk.differences.push(`${name}: cannot be read (${describeIoError(error)})`);
+    return { files: walk.files, differences: walk.differences };
   }
-  for (const [path, expected] of Object.entries(manifest.files)) {
-    if (!files.has(path) && !reported.has(path)) {
-      differ(path, `expected sha256 ${short(expected.sha256)}, missing`);
+  reportMissing(walk);
+  return { files: walk.files, differences: walk.differences };
+}
+
+/** One generation folder being checked: what was read, what differed, and what is left to read. */
+interface FolderWalk {
+  readonly cacheDir: string;
+  /** `gen-<n>`, the prefix of every difference. */
+  readonly name: string;
+  readonly folder: string;
+  readonly manifest: Manifest;
+  readonly files: Map<string, Uint8Array>;
+  readonly differences: string[];
+  /** Paths already named in a difference, so they are not reported missing as well. */
+  readonly reported: Set<string>;
+  /** Bytes the files not yet read may still hold, of {@link FILE_SET_LIMITS}' total. */
+  budget: number;
+  /** Entries seen so far, against {@link FILE_SET_LIMITS}' count. */
+  entries: number;
+}
+
+/** Records one difference as `gen-<n>/<path>: <what>`. */
+function differ(walk: FolderWalk, path: string, what: string): void {
+  walk.reported.add(path);
+  // A name on disk may hold anything, a line break included: quote it unless it is plain.
+  const shown = /^[\w./-]+$/.test(path) ? path : JSON.stringify(path);
+  walk.differences.push(`${walk.name}/${shown}: ${what}`);
+}
+
+/** Visits one folder's entries in name order, descending into folders; the manifest is skipped. */
+async function walkFolder(walk: FolderWalk, relative: string): Promise<void> {
+  for (const entry of await sortedListing(join(walk.folder, relative))) {
+    const path = relative ? `${relative}/${entry.name}` : entry.name;
+    if (path === MANIFEST) continue;
+    if (++walk.entries > FILE_SET_LIMITS.maxFiles) throw new RangeError("Too many entries");
+    if (entry.isDirectory) await walkFolder(walk, path);
+    else if (!entry.isFile) differ(walk, path, "not a regular file");
+    else await checkFile(walk, path);
+  }
+}
+
+/** A folder's entries sorted by name, so differences are reported in the same order every time. */
+async function sortedListing(dir: string): Promise<Deno.DirEntry[]> {
+  const listing: Deno.DirEntry[] = [];
+  for await (const entry of Deno.readDir(dir)) listing.push(entry);
+  listing.sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+  return listing;
+}
+
+/** Reads one file within the byte budget and compares its SHA-256 with the manifest's entry. */
+async function checkFile(walk: FolderWalk, path: string): Promise<void> {
+  const { manifest } = walk;
+  const expected = Object.hasOwn(manifest.files, path) ? manifest.files[path] : undefined;
+  const data = await readWithinBudget(walk, path);
+  if (data === undefined) return;
+  walk.budget -= data.length;
+  const found = await sha256(data);
+  walk.files.set(path, data);
+  if (expected?.sha256 === found) return;
+  const seen = `found sha256 ${short(found)} (${data.length} bytes)`;
+  differ(
+    walk,
+    path,
+    expected
+      ? `expected sha256 ${short(expected.sha256)} (${expected.bytes} bytes), ${seen}`
+      : `not in the manifest, ${seen}`,
+  );
+}
+
+/** One file's bytes (rooted in the cache, within the budget), or undefined once reported. */
+async function readWithinBudget(walk: FolderWalk, path: string): Promise<Uint8Array | undefined> {
+  try {
+    return await readRooted(walk.cacheDir, `${walk.name}/${path}`, { maxBytes: walk.budget });
+  } catch (error) {
+    const tooLarge = error instanceof RootedReadError && error.reason === "too_large";
+    differ(
+      walk,
+      path,
+      tooLarge ? `${error.size} bytes, more than the cache may hold` : whyNot(error),
+    );
+    return undefined;
+  }
+}
+
+/** Names every manifest entry that was neither read nor already reported: it is missing. */
+function reportMissing(walk: FolderWalk): void {
+  for (const [path, expected] of Object.entries(walk.manifest.files)) {
+    if (!walk.files.has(path) && !walk.reported.has(path)) {
+      differ(walk, path, `expected sha256 ${short(expected.sha256)}, missing`);
     }
   }
-  return { files, differences };
 }
 
 async function sha256(data: Uint8Array): Promise<string> {
