@@ -169,6 +169,7 @@ export async function writeGateway(
   dir: string,
   config: Record<string, unknown>,
   tenants: Record<string, unknown>[],
+  root: string = ROOT,
 ): Promise<string[]> {
   await Deno.mkdir(`${dir}/tenants`, { recursive: true });
   const egress = config.egress as Record<string, unknown> | undefined;
@@ -185,7 +186,7 @@ export async function writeGateway(
       "run",
       "--allow-read",
       "--ignore-env=LOG_STREAM,LOG_TOKENS",
-      `${ROOT}main.ts`,
+      `${root}main.ts`,
       "flags",
       `${dir}/config.yaml`,
     ],

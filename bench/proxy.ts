@@ -121,7 +121,7 @@ async function main() {
       root?: string,
     ) => {
       const at = { ...ports, gateway: freePort(), local: freePort() };
-      const flags = await writeGateway(`${dir}/${name}`, gatewayConfig(at), served);
+      const flags = await writeGateway(`${dir}/${name}`, gatewayConfig(at), served, root);
       const child = await spawnGateway(`${dir}/${name}`, flags, v8, root);
       children.push(child);
       return { child, port: at.gateway };
