@@ -15,8 +15,8 @@ import { readCache } from "../src/live/cache.ts";
 import { boundedTest } from "./fixtures/bounded_test.ts";
 import { freePorts } from "./fixtures/gateway.ts";
 import { siteYaml, startTestHub, type TestHub } from "./fixtures/hub_in_process.ts";
-import { json, request } from "./fixtures/http_client.ts";
-import { bootEdge, type TestEdge, waitFor } from "./fixtures/in_process.ts";
+import { type TestEdge, waitFor } from "./fixtures/in_process.ts";
+import { bootRemoteEdge, configView, getHost } from "./fixtures/remote_edge.ts";
 
 const LIMIT_MS = 20_000;
 const HOSTS = ["demo.test", "page.test", "extra.test"];
@@ -95,34 +95,11 @@ async function hubAt(place: Place, files: Record<string, string>): Promise<TestH
 
 /** Boots a remote-mode edge following the place's hub (up or not), caching into its folder. */
 function remoteEdge(place: Place): Promise<TestEdge> {
-  return bootEdge({
-    lanes: ["public", "local_health"],
-    edit(config) {
-      delete config.tenants_dir;
-      config.node_id = "edge-a";
-      config.mode = "remote";
-      config.hub = {
-        url: place.url,
-        token_file: join(place.dir, "node.token"),
-        poll_timeout_ms: 5000,
-        backoff_initial_ms: 50,
-        backoff_max_ms: 200,
-      };
-      config.cache_dir = place.cacheDir;
-    },
-  });
+  return bootRemoteEdge(place.url, join(place.dir, "node.token"), place.cacheDir);
 }
 
-async function view(edge: TestEdge): Promise<RemoteView> {
-  const response = await request(edge.ports.local_health, { path: "/v1/config" });
-  assert.equal(response.status, 200);
-  return json<RemoteView>(response);
-}
-
-async function get(edge: TestEdge, host: string): Promise<[number, string]> {
-  const response = await request(edge.ports.public, { path: "/", headers: [["Host", host]] });
-  return [response.status, response.body];
-}
+const view = (edge: TestEdge) => configView<RemoteView>(edge);
+const get = (edge: TestEdge, host: string) => getHost(edge, host);
 
 /** Waits until `edge` serves `hub`'s live set, connected. */
 function synced(edge: TestEdge, hub: TestHub, timeoutMs = 5000): Promise<RemoteView> {

@@ -13,7 +13,8 @@ import { readCache } from "../src/live/cache.ts";
 import { ADMIN_AUTH, freePorts } from "./fixtures/gateway.ts";
 import { siteYaml, startTestHub, type TestHub } from "./fixtures/hub_in_process.ts";
 import { json, request } from "./fixtures/http_client.ts";
-import { bootEdge, type TestEdge, waitFor } from "./fixtures/in_process.ts";
+import { type TestEdge, waitFor } from "./fixtures/in_process.ts";
+import { bootRemoteEdge, configView, getHost } from "./fixtures/remote_edge.ts";
 
 /** `/v1/config` of a remote edge, as far as these tests read it. */
 interface RemoteView {
@@ -41,34 +42,11 @@ async function remoteEdge(
   const secrets = await Deno.makeTempDir({ prefix: "portcullis-node-" });
   await Deno.writeTextFile(`${secrets}/node.token`, `${token}\n`, { mode });
   await Deno.chmod(`${secrets}/node.token`, mode);
-  return bootEdge({
-    lanes: ["public", "local_health"],
-    edit(config) {
-      delete config.tenants_dir;
-      config.node_id = "edge-a";
-      config.mode = "remote";
-      config.hub = {
-        url,
-        token_file: `${secrets}/node.token`,
-        poll_timeout_ms: 5000,
-        backoff_initial_ms: 50,
-        backoff_max_ms: 200,
-      };
-      config.cache_dir = cacheDir;
-    },
-  });
+  return bootRemoteEdge(url, `${secrets}/node.token`, cacheDir);
 }
 
-async function view(t: TestEdge): Promise<RemoteView> {
-  const response = await request(t.ports.local_health, { path: "/v1/config" });
-  assert.equal(response.status, 200);
-  return json<RemoteView>(response);
-}
-
-async function get(t: TestEdge, host: string): Promise<[number, string]> {
-  const response = await request(t.ports.public, { path: "/", headers: [["Host", host]] });
-  return [response.status, response.body];
-}
+const view = (edge: TestEdge) => configView<RemoteView>(edge);
+const get = (edge: TestEdge, host: string) => getHost(edge, host);
 
 async function following(
   body: (hub: TestHub, edge: TestEdge, cacheDir: string) => Promise<void>,

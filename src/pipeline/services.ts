@@ -5,13 +5,10 @@
  * @module
  */
 import type { ConfigStore, OfferOutcome } from "../live/generations.ts";
-import type { Egress } from "../egress/egress.ts";
 import type { ResponseStats } from "../observe/response_stats.ts";
 import type { PolicyStats } from "../policy/policy_stats.ts";
 import type { Observer } from "../observe/observer.ts";
 import type { AddressSet } from "../request/cidr.ts";
-import type { Forwarding } from "../proxy/upstream.ts";
-import type { PathRules } from "../request/canonical_path.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { DescriptorPlan } from "../server/descriptors.ts";
 import type { PipelineServices } from "./runner.ts";
@@ -73,16 +70,6 @@ export interface EdgeServices
   /** Per-request metrics, the access log and traces. */
   readonly observer: Observer;
   readonly state: EdgeState;
-  /** The way out: SOCKS pool, direct allowlist, breakers, retries. */
-  readonly egress: Egress;
-  /** Peers whose X-Forwarded-For is believed. */
+  /** Peers whose X-Forwarded-For is believed (required here: the runner's is optional). */
   readonly trusted: AddressSet;
-  /** The Via pseudonym and the client-address headers kept only from trusted proxies. */
-  readonly forwarding: Forwarding;
-  /** How request paths are made canonical (rewritten ones too). */
-  readonly paths: PathRules;
-  /** The monotonic clock (ms) the ledger and egress share. */
-  readonly clock: () => number;
-  /** Diagnostics (stderr by default). */
-  readonly log: (line: string) => void;
 }
