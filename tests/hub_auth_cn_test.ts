@@ -30,17 +30,7 @@ async function ask(
 }
 
 Deno.test("hub mutual TLS: a certificate with two CNs is refused for either, one exact CN is a node", async () => {
-  const pki = await TestPki.create();
-  const caFile = `${pki.dir}/client-ca.crt`;
-  await Deno.writeTextFile(caFile, pki.ca.certPem);
-  const server = await pki.issue("hub.test", { altNames: ["127.0.0.1"] });
-  const t = await startTestHub({
-    edit: (c) => {
-      delete c.api.tokens_dir;
-      c.api.tls = { cert_file: server.certFile, key_file: server.keyFile, client_ca_file: caFile };
-      c.api.nodes = ["edge-1", "edge-2"];
-    },
-  });
+  const { pki, t } = await mutualTlsHub(["edge-1", "edge-2"]);
   try {
     const exact = await pki.issueWithOpenssl("exact", "/CN=edge-1");
     const two = await pki.issueWithOpenssl("two", "/CN=edge-1/CN=edge-2");
@@ -79,17 +69,7 @@ Deno.test("hub mutual TLS: a certificate with two CNs is refused for either, one
 });
 
 Deno.test("hub mutual TLS: a CN that is nearly a node id (case, space, dot, NUL, look-alike) is no node", async () => {
-  const pki = await TestPki.create();
-  const caFile = `${pki.dir}/client-ca.crt`;
-  await Deno.writeTextFile(caFile, pki.ca.certPem);
-  const server = await pki.issue("hub.test", { altNames: ["127.0.0.1"] });
-  const t = await startTestHub({
-    edit: (c) => {
-      delete c.api.tokens_dir;
-      c.api.tls = { cert_file: server.certFile, key_file: server.keyFile, client_ca_file: caFile };
-      c.api.nodes = ["edge-1"];
-    },
-  });
+  const { pki, t } = await mutualTlsHub(["edge-1"]);
   const nearMisses = [
     "EDGE-1",
     "Edge-1",
@@ -127,6 +107,22 @@ Deno.test("hub mutual TLS: a CN that is nearly a node id (case, space, dot, NUL,
     await pki.dispose();
   }
 });
+
+/** A hub whose api listener takes client certificates from a fresh test CA, for `nodes` only. */
+async function mutualTlsHub(nodes: string[]) {
+  const pki = await TestPki.create();
+  const caFile = `${pki.dir}/client-ca.crt`;
+  await Deno.writeTextFile(caFile, pki.ca.certPem);
+  const server = await pki.issue("hub.test", { altNames: ["127.0.0.1"] });
+  const t = await startTestHub({
+    edit: (c) => {
+      delete c.api.tokens_dir;
+      c.api.tls = { cert_file: server.certFile, key_file: server.keyFile, client_ca_file: caFile };
+      c.api.nodes = nodes;
+    },
+  });
+  return { pki, t };
+}
 
 /** Every CN of a leaf's subject, as encoded (the fixture made what the test meant). */
 function cnsOf(leaf: IssuedCertificate): string[] {
