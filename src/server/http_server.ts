@@ -98,7 +98,7 @@ export function createHttpServer(
       closeAll: () => server.closeAllConnections(),
     };
   }
-  return http2Substrate(limits, secure, onRequest, onSlowHead);
+  return http2Server(limits, secure, onRequest, onSlowHead);
 }
 
 /** Closes a session gracefully unless it is already ending. */
@@ -108,7 +108,7 @@ function closeSession(session: http2.ServerHttp2Session): void {
 }
 
 /** HTTP/2 with an HTTP/1.1 fallback whose head and idle limits Portcullis keeps itself. */
-function http2Substrate(
+function http2Server(
   limits: HttpServerLimits,
   secure: tls.TlsOptions,
   onRequest: RequestHandler,
