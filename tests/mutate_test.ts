@@ -125,3 +125,14 @@ Deno.test("copyTree() copies the tree without .git; runTests() tells a pass from
     await Deno.remove(root, { recursive: true });
   }
 });
+
+Deno.test("scripts/mutations.json: every entry still names text that occurs once in its file", async () => {
+  // A refactor that moves or renames a mutated line must move the entry with it; otherwise
+  // `deno task mutate` refuses to start, long after the change that broke it.
+  const root = new URL("../", import.meta.url).pathname;
+  const entries = parseMutations(
+    JSON.parse(await Deno.readTextFile(`${root}scripts/mutations.json`)),
+  );
+  assert.ok(entries.length > 50, `${entries.length} entries`);
+  assert.deepEqual(await checkMutations(root, entries), []);
+});

@@ -257,3 +257,44 @@ Deno.test("validateProfile() reports several problems at once", () => {
     "per_connection",
   ]);
 });
+
+Deno.test("validateProfile() reports every problem in check order: globals, lanes, pool, ceilings", () => {
+  // One input that breaks eight rules in five checks. The order is part of the contract: the
+  // operator reads the list top to bottom, and a reordering of the checks must show up here.
+  let input: ProfileInput = { ...base(), application_slots: 4, per_connection: 0 };
+  input = withLane(input, "public", {
+    deadline_ms: 0,
+    reserve: 1,
+    rate: { per_second: 5, burst: 0 },
+    priority_reserve: 5,
+  });
+  input = withLane(input, "local_health", { max_slots: 1 });
+  input = withLane(input, "provider_health", { rate: undefined });
+  const listed = problemsOf(input).map((p) => [p.path.join("."), p.message, p.value]);
+  assert.deepEqual(listed, [
+    ["per_connection", "Per-connection bound must be a whole number above 0", 0],
+    ["lanes.public.deadline_ms", "Deadline must be above 0", 0],
+    [
+      "lanes.public.reserve",
+      "The public lane has no reserve: it draws from the general pool only",
+      1,
+    ],
+    ["lanes.public.rate.burst", "Burst must be a whole number above 0", 0],
+    ["lanes.provider_health.rate", 'Lane "provider_health" requires a rate budget', undefined],
+    [
+      "application_slots",
+      "The reserves (4 slots) leave no general pool; application_slots must exceed them",
+      4,
+    ],
+    [
+      "lanes.public.priority_reserve",
+      "The priority reserve must leave slots for ordinary routes (ceiling 1)",
+      5,
+    ],
+    [
+      "lanes.local_health.max_slots",
+      "Lane ceiling must be from 2 (its reserve) to 2 (reserve plus the general pool)",
+      1,
+    ],
+  ]);
+});

@@ -1,0 +1,188 @@
+/**
+ * The metrics page's families about the process beside the ledger: its ways out (each SOCKS
+ * instance's breaker and latency, the egress pool), its resources (upstream sockets, descriptors,
+ * per-isolate heap) and its policies (denials, dry runs, table evictions).
+ *
+ * Split from `metrics.ts`, which lists every group in page order; each function here reads one
+ * input and returns its families as data (`Family`, in `exposition.ts`).
+ *
+ * @module
+ */
+import type { EgressSnapshot } from "../egress/egress.ts";
+import type { PolicyStats } from "../policy/policy_stats.ts";
+import { byLabel, counter, escapeLabel, type Family, gauge, only } from "./exposition.ts";
+
+/** Upstream sockets by state, and the descriptor budget. */
+export interface SocketFacts {
+  readonly connections: {
+    readonly upstream: {
+      readonly active: number;
+      readonly idle: number;
+      readonly connecting: number;
+      readonly tunnels: number;
+    };
+  };
+  readonly descriptors: {
+    readonly limit: number | null;
+    readonly exhausted: boolean;
+    readonly exhaustions: number;
+    readonly listener_rearms: number;
+  };
+  /** Per isolate, index = isolate (0 serves the protected lanes): V8 heap bytes. */
+  readonly heap?: { readonly used: readonly number[]; readonly total: readonly number[] };
+}
+
+/** The policy phase's counters, and evictions summed over every tenant's bounded tables. */
+export interface PolicyFacts {
+  readonly stats: PolicyStats;
+  readonly rateLimitEvictions: number;
+  readonly ttlBlockEvictions: number;
+}
+
+/** Per SOCKS instance: breaker state, attempts in flight, latency, error rate, failures, opens. */
+export function egressInstanceFamilies(egress: EgressSnapshot): Family[] {
+  type Instance = EgressSnapshot["instances"][number];
+  const perInstance = (pick: (instance: Instance) => number) =>
+    byLabel("instance", egress.instances.map((i) => [i.address, pick(i)]));
+  return [
+    gauge(
+      "egress_instance_open",
+      "1 when the SOCKS instance's breaker is not closed.",
+      perInstance((i) => i.state === "closed" ? 0 : 1),
+    ),
+    gauge(
+      "egress_instance_active",
+      "Attempts in flight per SOCKS instance.",
+      perInstance((i) => i.active),
+    ),
+    gauge(
+      "egress_instance_latency_ms",
+      "Smoothed time to response headers per SOCKS instance.",
+      perInstance((i) => Math.round(i.latency_ms)),
+    ),
+    gauge(
+      "egress_instance_error_rate",
+      "Failure share in the breaker window per SOCKS instance.",
+      perInstance((i) => i.error_rate),
+    ),
+    counter(
+      "egress_instance_requests_total",
+      "Attempts per SOCKS instance.",
+      perInstance((i) => i.requests),
+    ),
+    counter(
+      "egress_instance_failures_total",
+      "Failed attempts per SOCKS instance.",
+      perInstance((i) => i.failures),
+    ),
+    counter(
+      "egress_instance_opens_total",
+      "Times the breaker opened per SOCKS instance.",
+      perInstance((i) => i.opens),
+    ),
+  ];
+}
+
+/** The egress pool: backends in the negative cache, retries and half-open probes. */
+export function egressPoolFamilies(egress: EgressSnapshot): Family[] {
+  return [
+    gauge(
+      "egress_cold_backends",
+      "Backends in the negative cache.",
+      only(egress.cold_backends.length),
+    ),
+    counter("egress_retries_total", "Retries sent.", only(egress.retries)),
+    counter("egress_probes_total", "Half-open probes (SOCKS greetings) sent.", only(egress.probes)),
+    counter(
+      "egress_probe_failures_total",
+      "Half-open probes that failed.",
+      only(egress.failed_probes),
+    ),
+  ];
+}
+
+/** Upstream sockets, file descriptors and per-isolate heap, when the edge reports them. */
+export function processFamilies(sockets: SocketFacts | undefined): Family[] {
+  if (!sockets) return [];
+  const { upstream } = sockets.connections;
+  const fds = sockets.descriptors;
+  const limit = fds.limit === null
+    ? []
+    : [gauge("descriptors_limit", "The open-file limit measured at boot.", only(fds.limit))];
+  return [
+    gauge(
+      "upstream_sockets",
+      "Upstream sockets by state: carrying a request, pooled idle, connecting, raw tunnel.",
+      byLabel("state", [
+        ["active", upstream.active],
+        ["idle", upstream.idle],
+        ["connecting", upstream.connecting],
+        ["tunnel", upstream.tunnels],
+      ]),
+    ),
+    ...limit,
+    gauge(
+      "descriptors_exhausted",
+      "1 while file descriptors are exhausted.",
+      only(fds.exhausted ? 1 : 0),
+    ),
+    counter(
+      "descriptor_exhaustions_total",
+      "Times file descriptors ran out (EMFILE).",
+      only(fds.exhaustions),
+    ),
+    counter(
+      "listener_rearms_total",
+      "Listeners re-armed after descriptor exhaustion.",
+      only(fds.listener_rearms),
+    ),
+    ...(sockets.heap ? isolateFamilies(sockets.heap) : []),
+  ];
+}
+
+/** V8 heap in use and allocated, per isolate. */
+function isolateFamilies(heap: NonNullable<SocketFacts["heap"]>): Family[] {
+  const perIsolate = (values: readonly number[]) =>
+    byLabel("isolate", values.map((bytes, isolate) => [isolate, bytes]));
+  return [
+    gauge(
+      "isolate_heap_used_bytes",
+      "V8 heap in use per isolate (0 serves the protected lanes), reported once a second.",
+      perIsolate(heap.used),
+    ),
+    gauge(
+      "isolate_heap_total_bytes",
+      "V8 heap allocated per isolate, reported once a second.",
+      perIsolate(heap.total),
+    ),
+  ];
+}
+
+/** Live policy denials, dry-run would-be denials, and evictions from the policies' tables. */
+export function policyFamilies(policy: PolicyFacts): Family[] {
+  return [
+    counter(
+      "policy_denied_total",
+      "Requests a live policy answered, by phase.",
+      byLabel("phase", policy.stats.deniedCounts()),
+    ),
+    counter(
+      "policy_dry_run_total",
+      "Requests a policy in dry run would have answered, by phase and route.",
+      policy.stats.dryRunCounts().map(([phase, route, n]) => [
+        `{phase="${phase}",route="${escapeLabel(route)}"}`,
+        n,
+      ]),
+    ),
+    counter(
+      "policy_rate_limit_evictions_total",
+      "Client buckets evicted (LRU).",
+      only(policy.rateLimitEvictions),
+    ),
+    counter(
+      "policy_ttl_block_evictions_total",
+      "Blocked addresses evicted (LRU).",
+      only(policy.ttlBlockEvictions),
+    ),
+  ];
+}
