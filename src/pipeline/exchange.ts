@@ -23,7 +23,7 @@ import type { Forward } from "../proxy/upstream.ts";
 import type { RequestContext } from "../request/context.ts";
 import type { FailureKind } from "../request/errors.ts";
 import type { RequestHead } from "../request/head.ts";
-import type { Arrival } from "../server/lane_listener.ts";
+import type { Arrival } from "../server/arrival.ts";
 import type { ReplyChannel } from "../server/reply_channel.ts";
 
 /** A request in the pipeline. Fields marked "set by" are undefined until that phase ran. */

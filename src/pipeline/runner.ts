@@ -26,7 +26,8 @@ import { describeError, failureReply, GatewayError } from "../request/errors.ts"
 import { carriesBody } from "../request/head.ts";
 import type { Reply } from "../request/reply.ts";
 import { requestIdFor } from "../request/request_id.ts";
-import type { Arrival, ServerLimits } from "../server/lane_listener.ts";
+import type { Arrival } from "../server/arrival.ts";
+import type { ServerLimits } from "../server/lane_listener.ts";
 import { withoutHsts } from "../server/plain_reply.ts";
 import type { ReplyChannel } from "../server/reply_channel.ts";
 import { DeadlineSweep, type Expiring } from "./deadline_sweep.ts";

@@ -25,19 +25,23 @@ import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { ConnectionBudget, Ledger } from "../ledger/ledger.ts";
 import type { LaneName } from "../ledger/lane_names.ts";
-import type { Reservation } from "../ledger/reservation.ts";
 import type { ResponseStats } from "../observe/response_stats.ts";
 import type { PathRules } from "../request/canonical_path.ts";
 import { failureReply } from "../request/errors.ts";
-import type { Reply } from "../request/reply.ts";
 import { requestIdFor } from "../request/request_id.ts";
+import {
+  type Arrival,
+  type CutReason,
+  type ListenerSide,
+  ResponseArrival,
+  SocketArrival,
+} from "./arrival.ts";
 import { ConnectionState } from "./connection_state.ts";
 import { DeliveryWatch } from "./delivery_watch.ts";
 import { createHttpServer, type LaneHttpServer, type TlsServing } from "./http_server.ts";
 import { ParseGate, preferListeners } from "./parse_gate.ts";
 import { writeRawReply } from "./raw_reply.ts";
-import { type ReplyChannel, responseChannel, socketChannel } from "./reply_channel.ts";
-import { writeReply } from "./write.ts";
+import type { ReplyChannel } from "./reply_channel.ts";
 
 /** Server-level limits, from the bootstrap config. */
 export interface ServerLimits {
@@ -55,36 +59,6 @@ export interface ServerLimits {
   readonly tunnelIdleMs?: number;
   /** How paths are made canonical. */
   readonly paths: PathRules;
-}
-
-/** Why the transport cut a reply short. */
-export type CutReason = "send_timeout" | "tunnel_idle";
-
-/** One request as the transport hands it to the pipeline. */
-export interface Arrival {
-  readonly request: http.IncomingMessage;
-  /** The connection's budget in the ledger (shared by the requests of one connection). */
-  readonly connection: ConnectionBudget;
-  /** True when the listener speaks TLS. */
-  readonly tls: boolean;
-  /** The SNI name of a TLS connection, lower case. */
-  readonly serverName?: string;
-  /** An `Upgrade` request's socket and the bytes read past its head. */
-  readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
-  /** The stream whose close ends the request, and the socket whose bytes count as sent. */
-  readonly ending: {
-    readonly stream: { once(event: "close", listener: () => void): unknown };
-    readonly socket: { readonly bytesWritten?: number } | null | undefined;
-  };
-  /** Answers a request that was not admitted; an HTTP/1.1 connection is closed after it. */
-  refuse(reply: Reply, extra: Record<string, string>): void;
-  /**
-   * The channel of an admitted request's reply: it releases `ticket` exactly once, and tells
-   * `cut` when the transport cuts the reply short.
-   */
-  open(ticket: Reservation, cut: (reason: CutReason) => void): ReplyChannel;
-  /** Calls `listener` if the parser gives up inside this request's body. */
-  onBodyBroken(listener: () => void): void;
 }
 
 /** Options for {@link createLaneListener}. */
@@ -114,7 +88,7 @@ export function createLaneListener(options: LaneListenerOptions): LaneHttpServer
 }
 
 /** The state of one listener: its connections, their budgets, and the watches it runs. */
-class LaneListener {
+class LaneListener implements ListenerSide {
   readonly http: LaneHttpServer;
   readonly #options: LaneListenerOptions;
   readonly #connections = new WeakMap<object, ConnectionBudget>();
@@ -298,118 +272,10 @@ class LaneListener {
   }
 }
 
-/** An ordinary request and its `node:http` response. */
-class ResponseArrival implements Arrival {
-  readonly request: http.IncomingMessage;
-  readonly connection: ConnectionBudget;
-  readonly tls: boolean;
-  readonly serverName?: string;
-  readonly upgrade?: undefined;
-  readonly #listener: LaneListener;
-  readonly #response: http.ServerResponse;
-
-  constructor(
-    listener: LaneListener,
-    request: http.IncomingMessage,
-    response: http.ServerResponse,
-  ) {
-    this.#listener = listener;
-    this.#response = response;
-    this.request = request;
-    this.connection = listener.connectionOf(request);
-    this.tls = listener.tls;
-    this.serverName = serverNameOf(request);
-  }
-
-  get ending() {
-    return { stream: this.#response, socket: this.request.socket };
-  }
-
-  refuse(reply: Reply, extra: Record<string, string>): void {
-    // An HTTP/1.1 connection refused (capacity, rate, drain) is closed after the answer: the
-    // requests pipelined behind it are not parsed, admitted or answered one refusal at a time
-    // (a full lane made a pipelined flood cost one refusal per request).
-    const connection = this.connection;
-    if (connection instanceof ConnectionState) {
-      extra.connection = "close";
-      connection.close();
-    }
-    writeReply(this.#response, reply, extra);
-  }
-
-  open(ticket: Reservation, cut: (reason: CutReason) => void): ReplyChannel {
-    return responseChannel(this.#response, ticket, (channel) => {
-      this.#listener.watchDelivery(channel, cut);
-    });
-  }
-
-  onBodyBroken(listener: () => void): void {
-    this.#listener.breakBodyOf(this.request, listener);
-  }
-}
-
-/** An `Upgrade` request: the client socket is the gateway's to answer on or to tunnel. */
-class SocketArrival implements Arrival {
-  readonly request: http.IncomingMessage;
-  readonly connection: ConnectionBudget;
-  readonly tls: boolean;
-  readonly serverName?: string;
-  readonly upgrade?: { readonly socket: Duplex; readonly head: Uint8Array };
-  readonly #listener: LaneListener;
-  readonly #socket: Duplex;
-
-  /** @param head the bytes past the head; undefined to serve the request as plain HTTP/1.1 */
-  constructor(
-    listener: LaneListener,
-    request: http.IncomingMessage,
-    socket: Duplex,
-    head: Uint8Array | undefined,
-  ) {
-    this.#listener = listener;
-    this.#socket = socket;
-    this.request = request;
-    this.connection = listener.connectionOf(request);
-    this.tls = listener.tls;
-    this.serverName = serverNameOf(request);
-    if (head) this.upgrade = { socket, head };
-  }
-
-  get ending() {
-    return { stream: this.#socket, socket: this.#socket as Socket };
-  }
-
-  refuse(reply: Reply, extra: Record<string, string>): void {
-    writeRawReply(this.#socket, reply, extra, () => {});
-  }
-
-  open(ticket: Reservation, cut: (reason: CutReason) => void): ReplyChannel {
-    const listener = this.#listener;
-    return socketChannel(this.#socket, ticket, {
-      tunnelIdleMs: listener.tunnelIdleMs,
-      idle() {
-        listener.stats.cut(listener.lane, "tunnel_idle");
-        cut("tunnel_idle");
-      },
-    }, (channel) => listener.watchDelivery(channel, cut));
-  }
-
-  onBodyBroken(listener: () => void): void {
-    this.#listener.breakBodyOf(this.request, listener);
-  }
-}
-
 /** The object a request's connection budget is kept under (its HTTP/2 session, or its socket). */
 function connectionKeyOf(request: http.IncomingMessage): object {
   return (request as unknown as { stream?: { session?: object } }).stream?.session ??
     request.socket;
-}
-
-/** The SNI name of a TLS connection (lower case), or undefined for plain connections. */
-function serverNameOf(request: http.IncomingMessage): string | undefined {
-  const stream = (request as unknown as { stream?: { session?: { socket?: unknown } } }).stream;
-  const socket = (stream?.session?.socket ?? request.socket) as { servername?: string | false };
-  const name = socket?.servername;
-  return typeof name === "string" && name !== "" ? name.toLowerCase() : undefined;
 }
 
 function requestTimeout(): NodeJS.ErrnoException {
