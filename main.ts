@@ -6,11 +6,13 @@
  * portcullis check <config.yaml>     validate config and tenants, print a summary
  * portcullis flags <config.yaml>     print the Deno permission flags the config needs
  * portcullis hub <hub.yaml>          run a hub (serves a runtime folder to remote edges)
+ * portcullis torpool <pool.yaml>     run a Tor pool supervisor (its JSON API on a Unix socket)
  * portcullis check <folder>          validate a runtime folder (globals.yaml + tenants)
  * portcullis --version
  * ```
  *
- * `check` and `flags` take a hub config too (one that says `role: hub`).
+ * `check` and `flags` take a hub config too (one that says `role: hub`), and a Tor pool config
+ * (`role: torpool`).
  *
  * ```
  * ```
@@ -30,6 +32,8 @@ import { isHubFile, resolveHubConfig } from "./src/hub/config.ts";
 import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
 import { BootError } from "./src/boot/boot_error.ts";
+import { runTorpoolVerb } from "./src/cli/torpool.ts";
+import { isPoolFile, resolvePoolConfig } from "./src/torpool/config.ts";
 import { startWorkers } from "./src/edge/workers.ts";
 import { type EdgePlan, planEdge } from "./src/edge/plan.ts";
 
@@ -38,9 +42,10 @@ export const VERSION: string = denoJson.version;
 
 const USAGE = `usage: portcullis [serve] <config.yaml>
        portcullis check <config.yaml>
-       portcullis flags <config.yaml | hub.yaml>
+       portcullis flags <config.yaml | hub.yaml | pool.yaml>
        portcullis hub <hub.yaml>
-       portcullis check <config.yaml | hub.yaml | runtime folder>
+       portcullis torpool <pool.yaml>
+       portcullis check <config.yaml | hub.yaml | pool.yaml | runtime folder>
        portcullis --version`;
 
 /**
@@ -59,7 +64,7 @@ export async function main(args: readonly string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
-  const verbs = ["serve", "check", "flags", "hub"];
+  const verbs = ["serve", "check", "flags", "hub", "torpool"];
   const verb = verbs.includes(first) ? first : "serve";
   const operands = verbs.includes(first) ? rest : args;
   if (operands.length !== 1 || operands[0].startsWith("-")) {
@@ -96,6 +101,13 @@ async function run(verb: string, file: string): Promise<number> {
   }
   const source = await readYaml(file);
   if (Array.isArray(source)) throw new ConfigError(source);
+  if (isPoolFile(source)) return runTorpoolVerb(verb, resolvePoolConfig(source));
+  if (verb === "torpool") {
+    console.error(
+      `portcullis: ${file} is not a Tor pool config (a pool config says role: torpool)`,
+    );
+    return 2;
+  }
   if (isHubFile(source)) return runHubVerb(verb, resolveHubConfig(source), VERSION);
   if (verb === "hub") {
     console.error(`portcullis: ${file} is not a hub config (a hub config says role: hub)`);

@@ -287,3 +287,51 @@ Deno.test("loadConfig() refuses a Via pseudonym that is not a token, and bad pat
     "paths.merge_slashes",
   ]);
 });
+
+Deno.test("loadConfig() reports a remote config's mode and hub problems in check order", async () => {
+  // Seven problems from five checks: the mode's fields, then the hub's authentication, then its
+  // backoff. The order is part of the contract (the operator fixes them top to bottom), so
+  // swapping two checks must fail here.
+  const text = `${MINIMAL.replace("mode: local", "mode: remote")}hub:
+  url: https://127.0.0.1:9443
+  token_file: hub.token
+  backoff_initial_ms: 5000
+  backoff_max_ms: 1000
+`;
+  const { error } = await problemsOf(text);
+  const certificate =
+    "An https hub authenticates this node by client certificate: set ca_file, cert_file and key_file";
+  assert.deepEqual(brief(error.problems), [
+    {
+      path: "tenants_dir",
+      message: "Remote mode takes its tenants from the hub, not a folder",
+      value: undefined,
+    },
+    { path: "cache_dir", message: "Remote mode needs cache_dir", value: undefined },
+    { path: "hub/ca_file", message: certificate, value: undefined },
+    { path: "hub/cert_file", message: certificate, value: undefined },
+    { path: "hub/key_file", message: certificate, value: undefined },
+    {
+      path: "hub/token_file",
+      message: "An https hub uses the client certificate, not a token",
+      value: undefined,
+    },
+    {
+      path: "hub/backoff_initial_ms",
+      message: "The first delay is longer than the cap (1000 ms)",
+      value: 5000,
+    },
+  ]);
+});
+
+Deno.test("loadConfig() reports a local config's mode problems in check order", async () => {
+  const text = `${MINIMAL.replace("tenants_dir: tenants\n", "")}cache_dir: cache
+hub: { url: "http://127.0.0.1:9080", token_file: hub.token }
+`;
+  const { error } = await problemsOf(text);
+  assert.deepEqual(brief(error.problems), [
+    { path: "tenants_dir", message: "Local mode needs tenants_dir", value: undefined },
+    { path: "hub", message: 'hub is for mode "remote"', value: undefined },
+    { path: "cache_dir", message: 'cache_dir is for mode "remote"', value: undefined },
+  ]);
+});

@@ -3,12 +3,12 @@ import { request as httpRequest } from "node:http";
 import { Agent } from "node:http";
 import type { Socket } from "node:net";
 import {
-  encodeConnect,
   socksConnect,
   SocksError,
   type SocksFailureKind,
   type SocksInstance,
 } from "../src/egress/socks5.ts";
+import { encodeConnect } from "../src/egress/socks5_wire.ts";
 import { writeAll } from "./fixtures/http_client.ts";
 import { SocksFixture, type SocksFixtureOptions } from "./fixtures/socks5.ts";
 

@@ -16,7 +16,9 @@
  *   folder of each granted path and a file beside it; write also on each path granted only for
  *   reading, and on the Deno binary;
  * - env: secrets and common variables, and the variables `--ignore-env` hides (the derived set
- *   answers "denied" for those); sys: every kind; run: shells, interpreters, `deno`; import: canary
+ *   answers "denied" for those); sys: every kind; run: shells, interpreters, `deno` and `tor`
+ *   (unless the derived set runs that very program: the Tor pool role's one run grant is its Tor
+ *   binary's path, and a grant of it is checked like any other, missing or not); import: canary
  *   hosts (not the hosts Deno allows by default).
  *
  * What a probe cannot see: a grant for one specific other thing — a run grant for an unusual
@@ -70,7 +72,7 @@ const PATH_CANARIES = words(`/ /etc /etc/passwd /etc/shadow /tmp /root /home /pr
   /proc/self/environ /var/run/docker.sock /usr/lib /lib`);
 /** Commands whose grant would hand out a shell or an interpreter (and the Deno binary). */
 const RUN_CANARIES = words(`sh /bin/sh /usr/bin/sh bash /bin/bash /usr/bin/bash dash zsh env
-  /usr/bin/env python3 perl node curl wget nc busybox deno`);
+  /usr/bin/env python3 perl node curl wget nc busybox deno tor /usr/sbin/tor /usr/bin/tor`);
 const ENV_CANARIES = words(`AWS_SECRET_ACCESS_KEY AWS_ACCESS_KEY_ID AWS_SESSION_TOKEN HOME PATH
   USER GITHUB_TOKEN NPM_TOKEN DENO_AUTH_TOKENS OTEL_EXPORTER_OTLP_HEADERS`);
 /** Every kind of system information Deno 2.9.6 lets `--allow-sys` grant one by one. */
@@ -209,10 +211,18 @@ function canonicalHost(host: string): string {
   return [high >> 8, high & 255, low >> 8, low & 255].join(".");
 }
 
-/** Shells, interpreters and the Deno binary that a run grant reaches. */
+/**
+ * Shells, interpreters, Tor and the Deno binary that a run grant reaches, leaving out the programs
+ * the derived set runs (by path, or by a bare name Deno would find as that path's file name).
+ */
 function extraRun({ grants, granted }: Audit): string[] {
+  const derived = grants.filter((g) => g.name === "run").map((g) => g.value);
+  const covered = (command: string) =>
+    derived.some((path) =>
+      path === command || (!command.includes("/") && path.split("/").at(-1) === command)
+    );
   const runs = [...RUN_CANARIES, Deno.execPath()].filter((command) =>
-    granted({ name: "run", command })
+    !covered(command) && granted({ name: "run", command })
   );
   return runs.length > 0 ? [beyond(grants, "run", runs.join(", "))] : [];
 }
@@ -279,6 +289,8 @@ function missing({ grants, granted }: Audit): string[] {
   for (const grant of grants.filter(isAuthority)) {
     const descriptor: Deno.PermissionDescriptor = grant.name === "net"
       ? { name: "net", host: grant.value }
+      : grant.name === "run"
+      ? { name: "run", command: grant.value }
       : { name: grant.name, path: grant.value };
     if (!granted(descriptor)) {
       refusals.push(

@@ -4,7 +4,8 @@
  * `direct` upstream, and for the public lane's ACME and passthrough listeners; read for the config
  * file, the tenants folder, the certificate folders and the ACME challenge folder. Nothing else — no env, no run, no ffi, no unscoped anything. The `yaml` parser
  * looks at two debug variables (`LOG_STREAM`, `LOG_TOKENS`); `--ignore-env` makes those reads
- * return undefined without granting any environment access.
+ * return undefined without granting any environment access. The one run grant any role holds is
+ * the Tor pool's, exactly its Tor binary (`poolGrants` in `src/torpool/config.ts`).
  *
  * @module
  */
@@ -20,8 +21,8 @@ import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
 
 /** One permission the process must hold, and why. */
 export interface Grant {
-  readonly name: "net" | "read" | "write" | "ignore-env";
-  /** The flag value: `host:port`, `unix:/path`, or a path. */
+  readonly name: "net" | "read" | "write" | "run" | "ignore-env";
+  /** The flag value: `host:port`, `unix:/path`, or a path (for run, the program's exact path). */
   readonly value: string;
   /** Who needs it, for diagnostics: `lane "public" listener`, `config file`, ... */
   readonly purpose: string;
@@ -60,7 +61,15 @@ export function requiredGrants(
   }
   for (const socks of config.egress.socks) {
     const address = formatAddress({ kind: "tcp", hostname: socks.hostname, port: socks.port });
-    grants.push({ name: "net", value: address, purpose: "SOCKS instance" });
+    const purpose = "pool_port" in socks ? "hub socks5_tls relay" : "SOCKS instance";
+    grants.push({ name: "net", value: address, purpose });
+  }
+  const transport = config.egress.transport;
+  if (transport?.kind === "socks5_tls") {
+    // The client certificate, its key and the hub's CA: read once when the egress starts.
+    for (const file of [transport.cert_file, transport.key_file, transport.ca_file]) {
+      grants.push({ name: "read", value: file, purpose: "hub transport credentials" });
+    }
   }
   for (const target of config.egress.direct) {
     grants.push({ name: "net", value: target, purpose: "direct upstream" });
@@ -146,7 +155,9 @@ export const CODE_GRANTS: readonly Grant[] = [
 ];
 
 /** True for grants that give authority (and so are audited); `ignore-env` gives none. */
-export function isAuthority(grant: Grant): grant is Grant & { name: "net" | "read" | "write" } {
+export function isAuthority(
+  grant: Grant,
+): grant is Grant & { name: "net" | "read" | "write" | "run" } {
   return grant.name !== "ignore-env";
 }
 
@@ -164,7 +175,7 @@ export function isAuthority(grant: Grant): grant is Grant & { name: "net" | "rea
  */
 export function formatFlags(grants: readonly Grant[]): string {
   const flags: string[] = [];
-  for (const name of ["net", "read", "write", "ignore-env"] as const) {
+  for (const name of ["net", "read", "write", "run", "ignore-env"] as const) {
     const values = [...new Set(grants.filter((g) => g.name === name).map((g) => g.value))];
     const flag = name === "ignore-env" ? "--ignore-env" : `--allow-${name}`;
     if (values.length > 0) flags.push(`${flag}=${values.join(",")}`);

@@ -1,13 +1,20 @@
 /**
- * The `egress` section of the bootstrap config: the SOCKS pool, the `direct` upstream allowlist,
- * and the timeouts, breaker, negative cache and retry numbers of the proxy dataplane.
+ * The `egress` section of the bootstrap config: the SOCKS pool (local instances, or the hub's pool
+ * reached over a transport), per-tenant stream isolation, the `direct` upstream allowlist, and the
+ * timeouts, breaker, negative cache and retry numbers of the proxy dataplane.
+ *
+ * With `transport`, the SOCKS instances are the hub's pool ports: `socks5_tls` dials the hub's
+ * relay in mutual TLS and names the port by ALPN; `wireguard` dials `hub:<port>` in plain TCP over
+ * the operator's tunnel. `load.ts` turns either into the instance list the egress uses
+ * ({@link EgressConfig}), each entry the address the edge connects to — so `--allow-net` holds the
+ * hub's address, never a pool port of it (`socks5_tls`).
  *
  * @module
  */
 import * as v from "valibot";
 import { parseCidr } from "../request/cidr.ts";
 import { splitTarget } from "../request/host.ts";
-import { IpLiteral, Port, wholeNumber } from "./fields.ts";
+import { IpLiteral, Port, Text, wholeNumber } from "./fields.ts";
 
 /** `host:port` as `--allow-net` spells it (IPv6 in brackets). */
 export const HostPort = v.pipe(
@@ -23,6 +30,50 @@ export const HostPort = v.pipe(
   }, "Port must be from 1 to 65535"),
 );
 
+/** The hub's pool ports an edge may use: at least one, each once. */
+const PoolPorts = v.pipe(
+  v.array(Port, "Expected a list of port numbers"),
+  v.minLength(1, "Expected at least one pool port"),
+  v.check((ports) => new Set(ports).size === ports.length, "Each pool port may appear once"),
+);
+
+/** SOCKS5 inside mutual TLS to the hub's relay (`transport.socks5_tls` of the hub config). */
+const Socks5TlsTransport = v.strictObject({
+  kind: v.literal("socks5_tls"),
+  /** The relay's `host:port`: the one address `--allow-net` grants for egress. */
+  hub: v.pipe(
+    HostPort,
+    v.check(
+      (text) => !/^localhost:/i.test(text),
+      "Use 127.0.0.1 or [::1], not localhost (it may resolve to an address nothing listens on)",
+    ),
+  ),
+  ports: PoolPorts,
+  /** This node's client certificate (its CN is the node id) and key. */
+  cert_file: Text,
+  key_file: Text,
+  /** The CA that signs the hub's certificate. */
+  ca_file: Text,
+  /** The name the hub's certificate carries, when `hub` is an address (also sent as SNI). */
+  server_name: v.optional(
+    v.pipe(
+      v.string("Expected a host name"),
+      v.regex(
+        /^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$/,
+        "Expected a host name such as hub.example.net",
+      ),
+    ),
+  ),
+});
+
+/** Plain TCP to the hub's private address over the operator's WireGuard tunnel. */
+const WireguardTransport = v.strictObject({
+  kind: v.literal("wireguard"),
+  /** The hub's address inside the tunnel. */
+  hub: IpLiteral,
+  ports: PoolPorts,
+});
+
 const ratio = (fallback: number) =>
   v.optional(
     v.pipe(
@@ -37,6 +88,19 @@ const ratio = (fallback: number) =>
 export const EgressSchema = v.optional(
   v.strictObject({
     socks: v.optional(v.array(v.strictObject({ hostname: IpLiteral, port: Port })), []),
+    /** The hub's SOCKS pool, reached over a transport; `socks` must then be empty. */
+    transport: v.optional(
+      v.variant(
+        "kind",
+        [Socks5TlsTransport, WireguardTransport],
+        'Expected kind "socks5_tls" or "wireguard"',
+      ),
+    ),
+    /**
+     * Per-tenant SOCKS credentials, so Tor never puts two tenants on one circuit (default: on
+     * with `transport`, off for local `socks`).
+     */
+    isolate_tenants: v.optional(v.boolean("Expected true or false")),
     direct: v.optional(v.array(HostPort, "Expected a list of host:port"), []),
     /**
      * Internal destinations (loopback, private, link-local, unique-local, …) tenants may reach:
@@ -88,5 +152,44 @@ export const EgressSchema = v.optional(
   {},
 );
 
-/** The egress section as validated. */
-export type EgressConfig = v.InferOutput<typeof EgressSchema>;
+/** The egress section as validated, as written. */
+export type EgressInput = v.InferOutput<typeof EgressSchema>;
+
+/** The transport as written (`socks5_tls` paths resolved by `load.ts`). */
+export type EgressTransport = NonNullable<EgressInput["transport"]>;
+
+/**
+ * One SOCKS instance of the edge: the address it connects to and, through the hub's relay
+ * (`socks5_tls`), the pool port behind that address.
+ */
+export interface SocksEntry {
+  readonly hostname: string;
+  readonly port: number;
+  readonly pool_port?: number;
+}
+
+/**
+ * The egress section as the edge uses it: `socks` is every SOCKS instance it dials — as written,
+ * or one per pool port of `transport`. `isolate_tenants` is as written; {@link isolatesTenants}
+ * applies its default.
+ */
+export interface EgressConfig extends Omit<EgressInput, "socks"> {
+  readonly socks: readonly SocksEntry[];
+}
+
+/**
+ * Whether tenants get their own SOCKS credentials: as set, else on exactly when a transport is.
+ *
+ * @example
+ * ```ts
+ * import { isolatesTenants } from "./egress_schema.ts";
+ * isolatesTenants({ transport: { kind: "wireguard", hub: "10.0.0.1", ports: [9050] } }); // true
+ * isolatesTenants({ isolate_tenants: true }); // true
+ * isolatesTenants({}); // false
+ * ```
+ */
+export function isolatesTenants(
+  egress: Pick<EgressInput, "transport" | "isolate_tenants">,
+): boolean {
+  return egress.isolate_tenants ?? egress.transport !== undefined;
+}

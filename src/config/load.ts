@@ -2,145 +2,31 @@
  * Loads the bootstrap config: parse, validate, and resolve every path against the config file's
  * folder.
  *
+ * What the result looks like is in `edge_config.ts`; the rules tying `mode` to the tenants folder
+ * or the hub are in `runtime_source.ts`. Both are re-exported here, so callers keep one import.
+ *
  * @module
  */
 import { dirname, join, normalize } from "node:path";
 import type { LaneName } from "../ledger/lane_names.ts";
-import type { PathRules } from "../request/canonical_path.ts";
 import { DEFAULT_CLIENT_IP_HEADERS } from "../request/client_ip_headers.ts";
-import {
-  type BootstrapConfig,
-  BootstrapSchema,
-  type LaneLedgerConfig,
-  type ListenerConfig,
-} from "./bootstrap.ts";
+import { splitTarget } from "../request/host.ts";
+import { type BootstrapConfig, BootstrapSchema, type ListenerConfig } from "./bootstrap.ts";
+import type { EdgeConfig, LaneConfig, ListenerAddress, PublicTls } from "./edge_config.ts";
 import type { EgressConfig } from "./egress_schema.ts";
-import { ConfigError, type ConfigProblem } from "./problems.ts";
+import { ConfigError } from "./problems.ts";
+import { runtimeSource } from "./runtime_source.ts";
 import { validateFile } from "./validate.ts";
 import { readYaml, type YamlFile } from "./yaml_file.ts";
 
-/** A listener with its path (if any) resolved. */
-export type ListenerAddress =
-  | { readonly kind: "tcp"; readonly hostname: string; readonly port: number }
-  | { readonly kind: "unix"; readonly path: string };
-
-/** One configured lane. */
-export interface LaneConfig {
-  readonly listen: readonly ListenerAddress[];
-  readonly allow?: readonly string[];
-}
-
-/** TLS settings of the public lane, paths resolved. */
-export interface PublicTls {
-  readonly certificates: readonly CertificateSource[];
-  readonly minVersion: "TLSv1.2" | "TLSv1.3";
-  readonly http2: boolean;
-  /** The bootstrap certificate's name. */
-  readonly name: string;
-  readonly watch: boolean;
-}
-
-/** Remote mode's hub connection, paths resolved. */
-export interface HubClientConfig {
-  /** `http(s)://host:port`. */
-  readonly url: string;
-  /** `host:port` as `--allow-net` spells it. */
-  readonly address: string;
-  readonly tls?: { readonly caFile: string; readonly certFile: string; readonly keyFile: string };
-  readonly tokenFile?: string;
-  readonly pollTimeoutMs: number;
-  readonly backoffInitialMs: number;
-  readonly backoffMaxMs: number;
-}
-
-/** Where the tenant set comes from. */
-export type RuntimeSource =
-  | {
-    readonly kind: "local";
-    /** The tenants folder. */
-    readonly dir: string;
-    readonly watch: boolean;
-    readonly debounceMs: number;
-  }
-  | {
-    readonly kind: "remote";
-    readonly hub: HubClientConfig;
-    /** The last good generation is kept here (read and written). */
-    readonly cacheDir: string;
-  };
-
-/** The bootstrap config, validated and resolved. */
-export interface EdgeConfig {
-  /** The config file, as named on the command line. */
-  readonly file: string;
-  readonly nodeId: string;
-  readonly mode: "local" | "remote";
-  /** Request workers to run (`auto` resolved to the available cores). */
-  readonly workers: number;
-  /** `workers` as written. */
-  readonly workersSetting: "auto" | number;
-  /** One isolate for every lane (`shared_event_loop`, only with one worker). */
-  readonly sharedEventLoop: boolean;
-  /** The tenant set's source: a watched folder, or a hub. */
-  readonly runtime: RuntimeSource;
-  /** Configured lanes only; an absent lane is not served. */
-  readonly lanes: Readonly<Partial<Record<LaneName, LaneConfig>>>;
-  readonly timeouts: {
-    readonly headerMs: number;
-    readonly idleMs: number;
-    readonly requestMs: number;
-    readonly sendMs: number;
-    readonly minSendRate: number;
-    readonly tunnelIdleMs?: number;
-  };
-  /** How request paths are made canonical. */
-  readonly paths: PathRules;
-  /** The Via pseudonym and the client-address headers kept only from trusted proxies. */
-  readonly forwarding: {
-    readonly via?: string;
-    /** Lower case. */
-    readonly clientIpHeaders: readonly string[];
-  };
-  readonly limits: {
-    readonly headerBytes: number;
-    readonly headers: number;
-    readonly targetBytes: number;
-  };
-  readonly drainMs: number;
-  /** TLS on the public lane's listeners, when configured. */
-  readonly tls?: PublicTls;
-  /** The plain-HTTP ACME http-01 companion listener of the public lane. */
-  readonly acme?: {
-    readonly listen: ListenerAddress;
-    readonly challengeDir: string;
-    readonly otherwise: "404" | "redirect";
-  };
-  /** The SNI passthrough listeners of the public lane. */
-  readonly passthrough?: {
-    readonly listen: readonly ListenerAddress[];
-    readonly helloTimeoutMs: number;
-  };
-  /** CIDRs whose X-Forwarded-For is believed. */
-  readonly trustedProxies: readonly string[];
-  /** The admin credential for `local_health`'s acting endpoints. */
-  readonly admin: { readonly tokenFile?: string };
-  /** Tenant-label salt, access log and diagnostics. */
-  readonly observe: {
-    readonly saltFile?: string;
-    readonly accessLog: { readonly enabled: boolean; readonly sample: number };
-    readonly logLevel: "error" | "warn" | "info" | "debug";
-  };
-  readonly egress: EgressConfig;
-  readonly ledger: {
-    readonly application_slots: number;
-    readonly inflight_bytes: number;
-    readonly per_connection: number;
-    readonly connection_rate?: { readonly per_second: number; readonly burst: number };
-    readonly lanes: Readonly<Partial<Record<LaneName, LaneLedgerConfig>>>;
-  };
-  /** Where a field sits in the file, for later cross-field diagnostics. */
-  readonly source: YamlFile;
-}
+export type {
+  CertificateSource,
+  EdgeConfig,
+  LaneConfig,
+  ListenerAddress,
+  PublicTls,
+} from "./edge_config.ts";
+export type { HubClientConfig, RuntimeSource } from "./runtime_source.ts";
 
 /**
  * Reads, validates and resolves a bootstrap config file.
@@ -169,6 +55,7 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
   const lanes = resolveLanes(raw, resolve);
   const publicTls = publicTlsOf(raw, resolve);
   const runtime = runtimeSource(raw, resolve, source);
+  const egress = egressOf(raw, resolve, source);
   return {
     file,
     nodeId: raw.node_id,
@@ -193,7 +80,7 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     trustedProxies: raw.trusted_proxies,
     admin: { tokenFile: optionalPath(raw.admin.token_file, resolve) },
     observe: observeOf(raw, resolve),
-    egress: raw.egress,
+    egress,
     ledger: raw.ledger,
     source,
   };
@@ -312,6 +199,47 @@ function observeOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["observe"
 }
 
 /**
+ * The egress section as the edge uses it: with a transport, `egress.socks` must be empty and the
+ * instances are the hub's pool ports — for `socks5_tls` each one dials the hub's relay (entry
+ * address: the hub; `pool_port`: the port named by ALPN), for `wireguard` the hub's private
+ * address and the port — and the transport's files are resolved. `isolate_tenants` stays as
+ * written: its default depends on the transport, so it is read through `isolatesTenants`.
+ *
+ * @throws {ConfigError} when both `egress.socks` and `egress.transport` are set
+ */
+function egressOf(raw: BootstrapConfig, resolve: Resolve, source: YamlFile): EgressConfig {
+  const { socks, transport, ...rest } = raw.egress;
+  if (!transport) return { ...rest, socks };
+  if (socks.length > 0) {
+    const path = ["egress", "socks"];
+    throw new ConfigError([{
+      file: source.file,
+      path,
+      value: socks.map((s) => formatAddress({ kind: "tcp", ...s })).join(", "),
+      message: `With egress.transport (${transport.kind}) the SOCKS instances are the hub's ` +
+        "pool ports (egress.transport.ports): leave egress.socks out",
+      at: source.locate(path),
+    }]);
+  }
+  if (transport.kind === "wireguard") {
+    const entries = transport.ports.map((port) => ({ hostname: transport.hub, port }));
+    return { ...rest, transport, socks: entries };
+  }
+  // The schema checked the spelling: a host and a port.
+  const hub = splitTarget(transport.hub)!;
+  return {
+    ...rest,
+    transport: {
+      ...transport,
+      cert_file: resolve(transport.cert_file),
+      key_file: resolve(transport.key_file),
+      ca_file: resolve(transport.ca_file),
+    },
+    socks: transport.ports.map((port) => ({ hostname: hub.host, port: hub.port, pool_port: port })),
+  };
+}
+
+/**
  * True when the edge runs its public lane in request workers beside an isolate for the protected
  * lanes: with more than one worker, and with one unless `shared_event_loop` is set or there is no
  * protected lane to keep apart.
@@ -328,104 +256,6 @@ export function tenantsFolderOf(config: EdgeConfig): string | undefined {
   return config.runtime.kind === "local" ? config.runtime.dir : undefined;
 }
 
-/** Records one problem about a field of the file being resolved. */
-type Report = (path: (string | number)[], message: string, value?: unknown) => void;
-
-/** The mode's fields, checked together: a tenants folder for local, a hub and cache for remote. */
-function runtimeSource(raw: BootstrapConfig, resolve: Resolve, source: YamlFile): RuntimeSource {
-  const problems: ConfigProblem[] = [];
-  const report: Report = (path, message, value) =>
-    problems.push({ file: source.file, path, value, message, at: source.locate(path) });
-  if (raw.mode === "local") checkLocalMode(raw, report);
-  else checkRemoteMode(raw, report);
-  if (problems.length > 0) throw new ConfigError(problems);
-  return raw.mode === "local" ? localSource(raw, resolve) : remoteSource(raw, resolve);
-}
-
-/** Local mode reads a tenants folder: it needs one, and takes neither a hub nor a cache. */
-function checkLocalMode(raw: BootstrapConfig, report: Report): void {
-  if (raw.tenants_dir === undefined) report(["tenants_dir"], "Local mode needs tenants_dir");
-  if (raw.hub) report(["hub"], 'hub is for mode "remote"');
-  if (raw.cache_dir !== undefined) report(["cache_dir"], 'cache_dir is for mode "remote"');
-}
-
-/** Remote mode follows a hub: it needs the hub and a cache, and takes no tenants folder. */
-function checkRemoteMode(raw: BootstrapConfig, report: Report): void {
-  if (raw.tenants_dir !== undefined) {
-    report(["tenants_dir"], "Remote mode takes its tenants from the hub, not a folder");
-  }
-  if (!raw.hub) report(["hub"], "Remote mode needs hub: {url, ...}");
-  if (raw.cache_dir === undefined) report(["cache_dir"], "Remote mode needs cache_dir");
-  if (raw.hub) checkHub(raw.hub, report);
-}
-
-/** The hub settings as the schema parsed them. */
-type HubSettings = NonNullable<BootstrapConfig["hub"]>;
-
-/** The hub's fields: one way to authenticate, matching its scheme, and a backoff under its cap. */
-function checkHub(hub: HubSettings, report: Report): void {
-  const https = hub.url.startsWith("https:");
-  const missing = https
-    ? (["ca_file", "cert_file", "key_file"] as const).filter((k) => hub[k] === undefined)
-    : hub.token_file === undefined
-    ? ["token_file"]
-    : [];
-  for (const key of missing) {
-    report(
-      ["hub", key],
-      https
-        ? "An https hub authenticates this node by client certificate: set ca_file, cert_file " +
-          "and key_file"
-        : "An http hub authenticates this node by token: set token_file",
-    );
-  }
-  if (https && hub.token_file !== undefined) {
-    report(["hub", "token_file"], "An https hub uses the client certificate, not a token");
-  }
-  if (hub.backoff_initial_ms > hub.backoff_max_ms) {
-    report(
-      ["hub", "backoff_initial_ms"],
-      `The first delay is longer than the cap (${hub.backoff_max_ms} ms)`,
-      hub.backoff_initial_ms,
-    );
-  }
-}
-
-/** A checked local mode: the tenants folder, resolved, and how it is watched. */
-function localSource(raw: BootstrapConfig, resolve: Resolve): RuntimeSource {
-  return {
-    kind: "local",
-    dir: resolve(raw.tenants_dir!),
-    watch: raw.runtime.watch,
-    debounceMs: raw.runtime.debounce_ms,
-  };
-}
-
-/** A checked remote mode: the hub connection and the cache folder, paths resolved. */
-function remoteSource(raw: BootstrapConfig, resolve: Resolve): RuntimeSource {
-  const hub = raw.hub!;
-  const url = new URL(hub.url);
-  return {
-    kind: "remote",
-    hub: {
-      url: hub.url,
-      address: url.host,
-      tls: hub.ca_file
-        ? {
-          caFile: resolve(hub.ca_file),
-          certFile: resolve(hub.cert_file!),
-          keyFile: resolve(hub.key_file!),
-        }
-        : undefined,
-      tokenFile: optionalPath(hub.token_file, resolve),
-      pollTimeoutMs: hub.poll_timeout_ms,
-      backoffInitialMs: hub.backoff_initial_ms,
-      backoffMaxMs: hub.backoff_max_ms,
-    },
-    cacheDir: resolve(raw.cache_dir!),
-  };
-}
-
 /**
  * Renders a listener the way `--allow-net` and diagnostics spell it.
  *
@@ -439,12 +269,4 @@ export function formatAddress(address: ListenerAddress): string {
   if (address.kind === "unix") return `unix:${address.path}`;
   const host = address.hostname.includes(":") ? `[${address.hostname}]` : address.hostname;
   return `${host}:${address.port}`;
-}
-
-/** One configured certificate. */
-export interface CertificateSource {
-  readonly certFile: string;
-  readonly keyFile: string;
-  /** Serve this one when no name matches. */
-  readonly isDefault: boolean;
 }

@@ -9,6 +9,7 @@ import http from "node:http";
 import net from "node:net";
 import type { Duplex } from "node:stream";
 import { socksConnect, type SocksInstance } from "./socks5.ts";
+import type { SocksDial } from "./transport.ts";
 
 /** Agent settings shared by every way out. */
 export interface AgentSettings {
@@ -85,7 +86,10 @@ class Connecting {
   }
 }
 
-/** Opens every connection through one SOCKS5 instance. */
+/**
+ * Opens every connection through one SOCKS5 instance, with one set of credentials: with tenant
+ * isolation, one agent per instance and tenant, so a kept-alive connection never changes tenant.
+ */
 export class SocksAgent extends http.Agent {
   readonly instance: SocksInstance;
   /** Handshakes in flight. */
@@ -93,17 +97,20 @@ export class SocksAgent extends http.Agent {
   readonly #timeoutMs: number;
   readonly #refuse?: AgentSettings["refuse"];
   readonly #refuseBound?: AgentSettings["refuseBound"];
+  readonly #dial?: SocksDial;
 
   /**
-   * @param instance the SOCKS instance
+   * @param instance the SOCKS instance and the credentials to offer it
    * @param settings connect timeout and idle keep-alive time
+   * @param dial how the instance is reached (default: plain TCP to its address)
    */
-  constructor(instance: SocksInstance, settings: AgentSettings) {
+  constructor(instance: SocksInstance, settings: AgentSettings, dial?: SocksDial) {
     super(AGENT_OPTIONS);
     this.instance = instance;
     this.#timeoutMs = settings.connectTimeoutMs;
     this.#refuse = settings.refuse;
     this.#refuseBound = settings.refuseBound;
+    this.#dial = dial;
   }
 
   /** Called by node for each new upstream connection. */
@@ -122,6 +129,7 @@ export class SocksAgent extends http.Agent {
       timeoutMs: this.#timeoutMs,
       signal,
       onBound,
+      dial: this.#dial,
     });
     this.connecting.track(pending)
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));

@@ -15,10 +15,11 @@ import {
   DirectAgent,
   DirectConnectError,
   EgressRefusal,
-  SocksAgent,
 } from "./agents.ts";
 import { PrivateAllowance, refuseInternal, refuseLoopbackTunnel } from "./destinations.ts";
-import { socksConnect, SocksError, socksProbe } from "./socks5.ts";
+import { SocksError } from "./socks5.ts";
+import { type SocksEntry, SocksWays } from "./socks_ways.ts";
+import type { TlsTransportSettings } from "./transport.ts";
 import type { BreakerOptions } from "./breaker.ts";
 import { IdleWatch } from "./idle_watch.ts";
 import { NegativeCache, pickBackend } from "./negative_cache.ts";
@@ -27,7 +28,12 @@ import { RetryBudget, type RetryBudgetOptions } from "./retry.ts";
 
 /** Everything the egress is configured with. */
 export interface EgressSettings extends AgentSettings {
-  readonly socks: readonly { hostname: string; port: number }[];
+  /** The SOCKS instances: local servers, or the hub's pool ports (`poolPort`) via `transport`. */
+  readonly socks: readonly SocksEntry[];
+  /** The `socks5_tls` transport to the hub's relay, for entries with a `poolPort`. */
+  readonly transport?: TlsTransportSettings;
+  /** Per-tenant SOCKS credentials and agents (`isolation.ts`); default off. */
+  readonly isolateTenants?: boolean;
   /** `host:port` targets reached without SOCKS. */
   readonly direct: readonly string[];
   /** Internal destinations tenants may reach (`egress.allow_private`): CIDRs, host:port. */
@@ -59,8 +65,7 @@ export class Egress {
   readonly idle: IdleWatch;
   readonly #direct: ReadonlySet<string>;
   readonly #directAgent: DirectAgent;
-  readonly #socksAgents: readonly SocksAgent[];
-  readonly #labels: readonly string[];
+  readonly #ways: SocksWays;
   readonly #random: () => number;
   readonly #clock: () => number;
   readonly #refuse: (host: string, port: number) => string | undefined;
@@ -77,13 +82,10 @@ export class Egress {
    * @param settings the egress config
    * @param clock milliseconds, monotonic (breakers, cache, budget)
    * @param random uniform in [0, 1) (backend weights, backoff jitter)
+   * @throws {Error} when the transport's certificate, key or CA cannot be read
    */
   constructor(settings: EgressSettings, clock: () => number, random: () => number = Math.random) {
     this.settings = settings;
-    this.#labels = settings.socks.map((s) =>
-      `${s.hostname.includes(":") ? `[${s.hostname}]` : s.hostname}:${s.port}`
-    );
-    this.pool = new InstancePool(this.#labels, { breaker: settings.breaker, clock });
     this.cache = new NegativeCache(settings.negativeCache, clock);
     this.budget = new RetryBudget(settings.retryBudget, clock);
 
@@ -93,9 +95,17 @@ export class Egress {
     this.#refuseBound = (host, port, bound) => refuseLoopbackTunnel(host, port, bound, allowance);
     const guarded = { ...settings, refuse: this.#refuse, refuseBound: this.#refuseBound };
     this.#directAgent = new DirectAgent(guarded);
-    this.#socksAgents = settings.socks.map((instance) => new SocksAgent(instance, guarded));
+    this.#ways = new SocksWays(settings.socks, guarded, {
+      transport: settings.transport,
+      isolateTenants: settings.isolateTenants === true,
+    });
+    this.pool = new InstancePool(this.#ways.labels, { breaker: settings.breaker, clock });
+    const ways = this.#ways;
+    const direct = this.#directAgent;
     this.idle = new IdleWatch(
-      [this.#directAgent, ...this.#socksAgents],
+      function watchedAgents() {
+        return [direct, ...ways.agents];
+      },
       { bodyIdleMs: settings.bodyIdleMs, socketIdleMs: settings.idleSocketMs },
       clock,
     );
@@ -111,7 +121,7 @@ export class Egress {
 
   /** True when the backend can be reached at all (direct, or a SOCKS pool exists). */
   reaches(backend: Backend): boolean {
-    return this.isDirect(backend) || this.#socksAgents.length > 0;
+    return this.isDirect(backend) || this.#ways.size > 0;
   }
 
   /** Chooses a backend by weight, avoiding cold ones while any other remains. */
@@ -124,9 +134,10 @@ export class Egress {
    *
    * @param backend the chosen backend
    * @param tried SOCKS instances this request already tried
+   * @param tenant the tenant host the attempt is for: with isolation, its own agent and credentials
    * @returns the way, or undefined when the backend cannot be reached
    */
-  way(backend: Backend, tried?: ReadonlySet<number>): Way | undefined {
+  way(backend: Backend, tried?: ReadonlySet<number>, tenant?: string): Way | undefined {
     if (this.isDirect(backend)) {
       return { kind: "direct", agent: this.#directAgent, label: "direct" };
     }
@@ -135,9 +146,9 @@ export class Egress {
     if (!pick) return undefined;
     return {
       kind: "socks",
-      agent: this.#socksAgents[pick.index],
+      agent: this.#ways.agent(pick.index, tenant),
       pick,
-      label: this.#labels[pick.index],
+      label: this.#ways.labels[pick.index],
     };
   }
 
@@ -151,7 +162,7 @@ export class Egress {
     for (const index of due) {
       if (!this.pool.beginProbe(index)) continue;
       this.#probes++;
-      socksProbe(this.settings.socks[index], { timeoutMs: this.settings.connectTimeoutMs })
+      this.#ways.probe(index, this.settings.connectTimeoutMs)
         .then(() => true, () => false)
         .then((ok) => {
           if (!ok) this.#failedProbes++;
@@ -233,11 +244,14 @@ export class Egress {
   /**
    * Opens a raw byte stream to `target` (SNI passthrough): directly when it is a `direct` target,
    * otherwise by SOCKS5 CONNECT through the best instance. The instance's outcome is recorded: a
-   * failure at once, a success when the stream closes.
+   * failure at once, a success when the stream closes. With isolation, `tenant` picks the
+   * credentials (a stream without one authenticates as nobody's).
    *
    * @throws {SocksError | DirectConnectError | EgressRefusal} when no connection could be made
    */
-  async connectRaw(target: { host: string; port: number; target: string }): Promise<Duplex> {
+  async connectRaw(
+    target: { host: string; port: number; target: string; tenant?: string },
+  ): Promise<Duplex> {
     const refusal = this.#refuse(target.host, target.port);
     if (refusal !== undefined) throw new EgressRefusal(refusal);
     if (this.#direct.has(target.target)) {
@@ -251,9 +265,10 @@ export class Egress {
     const started = this.#clock();
     try {
       const refuseBound = this.#refuseBound;
-      const socket = await socksConnect(this.settings.socks[pick.index], target, {
+      const socket = await this.#ways.connect(pick.index, target, {
         timeoutMs: this.settings.connectTimeoutMs,
         onBound: (bound) => refuseBound(target.host, target.port, bound),
+        tenant: target.tenant,
       });
       const latencyMs = this.#clock() - started;
       socket.once("close", () => this.pool.finish(pick, true, latencyMs));
@@ -280,7 +295,7 @@ export class Egress {
     let active = 0;
     let idle = 0;
     let connecting = 0;
-    for (const agent of [this.#directAgent, ...this.#socksAgents]) {
+    for (const agent of [this.#directAgent, ...this.#ways.agents]) {
       for (const list of Object.values(agent.sockets)) active += list?.length ?? 0;
       for (const list of Object.values(agent.freeSockets)) idle += list?.length ?? 0;
       connecting += agent.connecting.count;
@@ -321,7 +336,7 @@ export class Egress {
   close(): void {
     this.idle.stop();
     this.#directAgent.destroy();
-    for (const agent of this.#socksAgents) agent.destroy();
+    this.#ways.destroy();
   }
 }
 

@@ -32,7 +32,7 @@ interface Progress {
 
 /** Watches the sockets of some agents. */
 export class IdleWatch {
-  readonly #agents: readonly http.Agent[];
+  readonly #agents: () => Iterable<http.Agent>;
   readonly #progress = new WeakMap<object, Progress>();
   readonly #freeSince = new WeakMap<object, number>();
   /** Sockets whose upstream announced a shorter keep-alive time: how long they may stay idle. */
@@ -44,16 +44,17 @@ export class IdleWatch {
   #timer: number | undefined;
 
   /**
-   * @param agents the agents whose sockets are watched
+   * @param agents the agents whose sockets are watched, or a function that lists them at each
+   *   sweep (agents made later, such as one per tenant, are watched from then on)
    * @param limits the longest silence inside a body, and the longest unused keep-alive time
    * @param clock milliseconds, monotonic
    */
   constructor(
-    agents: readonly http.Agent[],
+    agents: readonly http.Agent[] | (() => Iterable<http.Agent>),
     limits: { readonly bodyIdleMs: number; readonly socketIdleMs: number },
     clock: () => number,
   ) {
-    this.#agents = agents;
+    this.#agents = typeof agents === "function" ? agents : () => agents;
     // At least once a second: an upstream's announced keep-alive time is seconds.
     this.#intervalMs = Math.max(
       5,
@@ -98,7 +99,7 @@ export class IdleWatch {
   /** One sweep (exposed for tests). */
   sweep(): void {
     const now = this.#clock();
-    for (const agent of this.#agents) {
+    for (const agent of this.#agents()) {
       for (const list of Object.values(agent.sockets)) {
         for (const socket of (list ?? []) as unknown as UpstreamSocket[]) {
           this.#freeSince.delete(socket);

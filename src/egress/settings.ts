@@ -3,13 +3,19 @@
  *
  * @module
  */
-import type { EgressConfig } from "../config/egress_schema.ts";
+import { type EgressConfig, isolatesTenants } from "../config/egress_schema.ts";
+import { splitTarget } from "../request/host.ts";
 import type { EgressSettings } from "./egress.ts";
+import type { TlsTransportSettings } from "./transport.ts";
 
 /** Maps config field names to the egress's settings. */
 export function egressSettings(config: EgressConfig): EgressSettings {
   return {
-    socks: config.socks,
+    socks: config.socks.map(({ hostname, port, pool_port }) =>
+      pool_port === undefined ? { hostname, port } : { hostname, port, poolPort: pool_port }
+    ),
+    transport: transportSettings(config),
+    isolateTenants: isolatesTenants(config),
     direct: config.direct,
     allowPrivate: config.allow_private,
     connectTimeoutMs: config.connect_timeout_ms,
@@ -31,5 +37,20 @@ export function egressSettings(config: EgressConfig): EgressSettings {
       windowMs: config.retry.window_ms,
     },
     backoff: { baseMs: config.retry.backoff_base_ms, capMs: config.retry.backoff_cap_ms },
+  };
+}
+
+/** The `socks5_tls` transport's settings (paths already resolved by the loader), if it is set. */
+function transportSettings(config: EgressConfig): TlsTransportSettings | undefined {
+  const transport = config.transport;
+  if (transport?.kind !== "socks5_tls") return undefined;
+  const hub = splitTarget(transport.hub)!;
+  return {
+    hostname: hub.host,
+    port: hub.port,
+    serverName: transport.server_name,
+    certFile: transport.cert_file,
+    keyFile: transport.key_file,
+    caFile: transport.ca_file,
   };
 }

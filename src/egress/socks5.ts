@@ -8,31 +8,20 @@
  * reply code to blame the instance or the destination plus one timeout and an abort per attempt,
  * and the library measured no faster or slower on Deno.
  *
+ * This module is the client's face and the attempt's lifetime (socket, timeout, abort, settling
+ * once); the handshake's steps are in `socks5_exchange.ts`, the bytes in `socks5_wire.ts`.
+ *
  * @module
  */
-import { connect, isIPv4, type Socket } from "node:net";
+import type { Socket } from "node:net";
+import { type Exchange, socketListeners, type SocksFailureKind } from "./socks5_exchange.ts";
+import { encodeAuth, encodeConnect } from "./socks5_wire.ts";
+import { type SocksDial, tcpDial } from "./transport.ts";
+
+export type { SocksFailureKind } from "./socks5_exchange.ts";
 
 /** Who a failed attempt is blamed on: the SOCKS instance, or the destination behind it. */
 export type SocksBlame = "instance" | "destination";
-
-/** Why a SOCKS attempt failed. */
-export type SocksFailureKind =
-  /** TCP connect to the instance failed (refused, reset, permission, the instance's DNS). */
-  | "instance_unreachable"
-  /** The instance spoke something that is not SOCKS5, refused auth, or closed mid-handshake. */
-  | "instance_protocol"
-  /** TCP connect, greeting and CONNECT reply together took longer than `timeoutMs`. */
-  | "timeout"
-  /** The caller's AbortSignal fired. */
-  | "aborted"
-  /** The gateway refused the tunnel the instance made (`onBound`: it reached this machine). */
-  | "refused"
-  /** Reply 0x03, 0x04, 0x06, or Tor's onion codes 0xF0–0xF7. */
-  | "destination_unreachable"
-  /** Reply 0x05 connection refused. */
-  | "destination_refused"
-  /** Reply 0x01, 0x02, 0x07, 0x08 or any other non-success code. */
-  | "rejected";
 
 /**
  * A failed SOCKS attempt, classified. `blame` is `"destination"` for `destination_*` and
@@ -82,124 +71,11 @@ export interface SocksConnectOptions {
    * on this machine reports a loopback address; Tor reports none.
    */
   readonly onBound?: (address: string) => string | undefined;
-}
-
-const encoder = new TextEncoder();
-
-const REPLIES: Record<number, [SocksFailureKind, string]> = {
-  0x01: ["rejected", "general failure"],
-  0x02: ["rejected", "connection not allowed by ruleset"],
-  0x03: ["destination_unreachable", "network unreachable"],
-  0x04: ["destination_unreachable", "host unreachable"],
-  0x05: ["destination_refused", "connection refused"],
-  0x06: ["destination_unreachable", "TTL expired"],
-  0x07: ["rejected", "command not supported"],
-  0x08: ["rejected", "address type not supported"],
-};
-
-/** Classifies a non-zero CONNECT reply code. */
-function classifyReply(reply: number): [SocksFailureKind, string] {
-  if (reply >= 0xf0 && reply <= 0xf7) return ["destination_unreachable", "onion service failure"];
-  return REPLIES[reply] ?? ["rejected", "unknown reply"];
-}
-
-/** `0x5a` style. */
-function hex(byte: number): string {
-  return `0x${byte.toString(16).padStart(2, "0")}`;
-}
-
-/** Parses an IPv6 literal (no zone) into 16 bytes, or `undefined` when it is not one. */
-function parseIPv6(text: string): Uint8Array | undefined {
-  const halves = text.split("::");
-  if (halves.length > 2) return undefined;
-  const groups = halves.map((half) => (half === "" ? [] : half.split(":")));
-  const words: number[][] = [];
-  for (const [h, half] of groups.entries()) {
-    const out: number[] = [];
-    for (const [i, group] of half.entries()) {
-      const last = h === groups.length - 1 && i === half.length - 1;
-      if (last && isIPv4(group)) {
-        const [a, b, c, d] = group.split(".").map(Number);
-        out.push((a << 8) | b, (c << 8) | d);
-      } else if (/^[0-9a-f]{1,4}$/i.test(group)) {
-        out.push(parseInt(group, 16));
-      } else return undefined;
-    }
-    words.push(out);
-  }
-  const count = words.reduce((sum, w) => sum + w.length, 0);
-  if (halves.length === 1 ? count !== 8 : count > 7) return undefined;
-  const all = [...words[0], ...Array(8 - count).fill(0), ...(words[1] ?? [])];
-  return Uint8Array.from(all.flatMap((word) => [word >> 8, word & 0xff]));
-}
-
-/**
- * Encodes the CONNECT request: an IPv4 literal as ATYP 1, an IPv6 literal (with or without
- * brackets) as ATYP 4, anything else as ATYP 3, a domain name passed through untouched.
- *
- * @param host the destination host
- * @param port the destination port
- * @returns the request bytes
- * @throws {RangeError} when the port is not 1–65535, the domain is empty or longer than 255
- * bytes, or a bracketed host is not an IPv6 literal
- * @example
- * ```ts
- * import { encodeConnect } from "./socks5.ts";
- * encodeConnect("127.0.0.1", 80); // Uint8Array [5, 1, 0, 1, 127, 0, 0, 1, 0, 80]
- * encodeConnect("shop.onion", 80).length; // 4 + 1 + 10 + 2
- * ```
- */
-export function encodeConnect(host: string, port: number): Uint8Array {
-  if (!Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new RangeError(`Port ${port} is not in 1-65535`);
-  }
-  let address: Uint8Array;
-  const bracketed = host.startsWith("[") && host.endsWith("]");
-  const ipv6 = parseIPv6(bracketed ? host.slice(1, -1) : host);
-  if (isIPv4(host)) {
-    address = Uint8Array.of(0x01, ...host.split(".").map(Number));
-  } else if (ipv6) {
-    address = Uint8Array.of(0x04, ...ipv6);
-  } else if (bracketed) {
-    throw new RangeError("Bracketed host is not an IPv6 literal");
-  } else {
-    const name = encoder.encode(host);
-    if (name.length < 1 || name.length > 255) {
-      throw new RangeError(`Domain name is ${name.length} bytes; SOCKS5 carries 1-255`);
-    }
-    address = Uint8Array.of(0x03, name.length, ...name);
-  }
-  return Uint8Array.of(0x05, 0x01, 0x00, ...address, port >> 8, port & 0xff);
-}
-
-/** The RFC 1929 sub-negotiation request. */
-function encodeAuth(username: string, password: string): Uint8Array {
-  const user = encoder.encode(username);
-  const pass = encoder.encode(password);
-  if (user.length > 255 || pass.length > 255) {
-    throw new RangeError("SOCKS username and password are at most 255 bytes each");
-  }
-  return Uint8Array.of(0x01, user.length, ...user, pass.length, ...pass);
-}
-
-/** The BND.ADDR of a complete CONNECT reply, as text (a name as sent). */
-function boundAddress(reply: Uint8Array): string {
-  const atyp = reply[3];
-  if (atyp === 0x01) return Array.from(reply.subarray(4, 8)).join(".");
-  if (atyp === 0x04) {
-    const words: string[] = [];
-    for (let i = 4; i < 20; i += 2) words.push(((reply[i] << 8) | reply[i + 1]).toString(16));
-    return words.join(":");
-  }
-  return new TextDecoder().decode(reply.subarray(5, 5 + reply[4]));
-}
-
-/** Bytes the CONNECT reply needs before its address ends, or `undefined` for an unknown ATYP. */
-function replyLength(atyp: number, buffer: Uint8Array): number | undefined {
-  if (atyp === 0x01) return 4 + 4 + 2;
-  if (atyp === 0x04) return 4 + 16 + 2;
-  if (atyp === 0x03) return buffer.length < 5 ? 5 : 4 + 1 + buffer[4] + 2;
-  return undefined;
+  /**
+   * How the connection to the instance is made (`transport.ts`): plain TCP to its hostname and
+   * port by default; TLS to the hub's relay for `egress.transport.kind: socks5_tls`.
+   */
+  readonly dial?: SocksDial;
 }
 
 /**
@@ -260,30 +136,6 @@ export async function socksProbe(
   socket.destroy();
 }
 
-type FailureDetail = { reply?: number; cause?: unknown };
-
-/** Where the exchange stands: which answer it waits for next. */
-type Phase = "connect" | "greeting" | "auth" | "reply";
-
-/** One handshake in flight: what it sends, what it has read so far, and how it settles. */
-interface Exchange {
-  readonly socket: Socket;
-  /** `SOCKS instance host:port`, the subject of the instance's failures. */
-  readonly name: string;
-  /** The RFC 1929 request, when credentials are offered. */
-  readonly auth: Uint8Array | null;
-  /** The CONNECT request; null for a probe, which settles after the greeting (and auth). */
-  readonly request: Uint8Array | null;
-  readonly options: SocksConnectOptions;
-  phase: Phase;
-  /** Bytes received and not yet consumed. */
-  buffer: Uint8Array;
-  /** Settles with a classified failure; the socket is destroyed. */
-  fail(kind: SocksFailureKind, message: string, extra?: FailureDetail): void;
-  /** Settles with the socket, this module's listeners removed and `leftover` unshifted back. */
-  succeed(leftover?: Uint8Array): void;
-}
-
 /**
  * Runs connect → greeting → (auth) → CONNECT on one socket, settling exactly once; with no
  * `request`, it settles after the greeting and authentication (a probe).
@@ -307,7 +159,8 @@ function handshake(
 }
 
 /** One attempt as asked for: the instance (`where` as messages spell it) and what to send it. */
-interface Attempt extends Pick<Exchange, "request" | "auth" | "options"> {
+interface Attempt extends Pick<Exchange, "request" | "auth"> {
+  readonly options: SocksConnectOptions;
   readonly instance: SocksInstance;
   readonly where: string;
 }
@@ -318,10 +171,13 @@ interface Settle {
   reject(error: SocksError): void;
 }
 
-/** Step 0, connect: opens the socket and bounds the whole exchange by the timeout and the signal. */
+/**
+ * Step 0, connect: opens the socket (by the attempt's dial) and bounds the whole exchange — the
+ * dial's connect and any TLS handshake included — by the timeout and the signal.
+ */
 function openExchange(attempt: Attempt, settle: Settle): void {
-  const { instance: { hostname, port }, where, options: { signal, timeoutMs } } = attempt;
-  const socket = connect({ host: hostname, port });
+  const { instance, where, options: { signal, timeoutMs } } = attempt;
+  const { socket, ready } = (attempt.options.dial ?? tcpDial(instance))();
   const timer = setTimeout(function onHandshakeTimeout() {
     exchange.fail("timeout", `SOCKS handshake with ${where} did not finish within ${timeoutMs} ms`);
   }, timeoutMs);
@@ -344,7 +200,9 @@ function openExchange(attempt: Attempt, settle: Settle): void {
     buffer: new Uint8Array(0),
     ...settlers(socket, detach, settle),
   };
-  const listeners = socketListeners(exchange);
+  const { connect: onReady, ...others } = socketListeners(exchange);
+  // The greeting goes out once the dial says the connection can carry SOCKS.
+  const listeners: Record<string, (error: Error) => void> = { ...others, [ready]: onReady };
   signal?.addEventListener("abort", onAbort, { once: true });
   for (const [event, listener] of Object.entries(listeners)) socket.on(event, listener);
 }
@@ -368,126 +226,4 @@ function settlers(
       settle.resolve(socket);
     },
   };
-}
-
-/** The socket events the exchange listens to, each a named step so stack traces say which ran. */
-function socketListeners(exchange: Exchange) {
-  function onClosed(): void {
-    broken(exchange, "closed the connection during the handshake");
-  }
-  return {
-    connect: function onConnect(): void {
-      sendGreeting(exchange);
-    },
-    readable: function onReadable(): void {
-      readAnswers(exchange);
-    },
-    end: onClosed,
-    close: onClosed,
-    error: function onError(error: Error & { code?: string }): void {
-      failOnSocketError(exchange, error);
-    },
-  };
-}
-
-/** Fails the exchange as the instance breaking the protocol: `what` follows its name. */
-function broken(exchange: Exchange, what: string): void {
-  exchange.fail("instance_protocol", `${exchange.name} ${what}`);
-}
-
-/** A socket error: before the TCP connect the instance is unreachable, after it the exchange broke. */
-function failOnSocketError(exchange: Exchange, error: Error & { code?: string }): void {
-  const code = error.code ?? error.name;
-  const { name } = exchange;
-  if (exchange.phase !== "connect") {
-    const message = `${name} failed during the handshake: ${code}`;
-    return exchange.fail("instance_protocol", message, { cause: error });
-  }
-  exchange.fail("instance_unreachable", `Cannot connect to ${name}: ${code}`, { cause: error });
-}
-
-/** Step 1, greeting (RFC 1928 §3): offers no auth, and username/password with credentials. */
-function sendGreeting(exchange: Exchange): void {
-  exchange.phase = "greeting";
-  exchange.socket.setNoDelay(true);
-  exchange.socket.write(
-    exchange.auth ? Uint8Array.of(0x05, 2, 0x00, 0x02) : Uint8Array.of(0x05, 1, 0x00),
-  );
-}
-
-/** Takes what arrived and handles every complete answer the current step waits for. */
-function readAnswers(exchange: Exchange): void {
-  for (let chunk = exchange.socket.read(); chunk !== null; chunk = exchange.socket.read()) {
-    const joined = new Uint8Array(exchange.buffer.length + chunk.length);
-    joined.set(exchange.buffer);
-    joined.set(chunk, exchange.buffer.length);
-    exchange.buffer = joined;
-  }
-  while (exchange.buffer.length >= 2 && exchange.phase !== "reply") {
-    if (!takeNegotiationAnswer(exchange)) return;
-  }
-  if (exchange.phase === "reply") readConnectReply(exchange);
-}
-
-/**
- * Steps 2–3, method choice and auth status: checks one two-byte answer, then sends the next
- * message (auth or CONNECT) or, for a probe, settles.
- *
- * @returns false once the exchange has settled
- */
-function takeNegotiationAnswer(exchange: Exchange): boolean {
-  const [version, code] = exchange.buffer;
-  exchange.buffer = exchange.buffer.subarray(2);
-  const problem = negotiationProblem(exchange, version, code);
-  if (problem !== undefined) {
-    broken(exchange, problem);
-    return false;
-  }
-  exchange.phase = exchange.phase === "greeting" && code === 0x02 ? "auth" : "reply";
-  if (exchange.phase === "reply" && exchange.request === null) {
-    exchange.succeed();
-    return false;
-  }
-  exchange.socket.write(exchange.phase === "auth" ? exchange.auth! : exchange.request!);
-  return true;
-}
-
-/** What is wrong with a method choice (RFC 1928 §3) or auth status (RFC 1929 §2), if anything. */
-function negotiationProblem(exchange: Exchange, version: number, code: number): string | undefined {
-  if (exchange.phase === "auth") {
-    return code !== 0x00 ? "refused the username and password" : undefined;
-  }
-  if (exchange.phase !== "greeting") return undefined;
-  if (version !== 0x05) return `is not SOCKS5 (version byte ${hex(version)})`;
-  if (code === 0xff) return "accepted none of the offered auth methods";
-  if (code !== 0x00 && !(code === 0x02 && exchange.auth)) {
-    return `chose auth method ${hex(code)}, which was not offered`;
-  }
-  return undefined;
-}
-
-/**
- * Step 4, the CONNECT reply (RFC 1928 §6): a refusal is classified; a success waits for the whole
- * bound address, lets `onBound` judge it, and hands over the socket with any bytes after it.
- */
-function readConnectReply(exchange: Exchange): void {
-  const { buffer } = exchange;
-  if (buffer.length < 2) return;
-  const [version, reply] = buffer;
-  if (version !== 0x05) return broken(exchange, "sent a CONNECT reply that is not SOCKS5");
-  if (reply !== 0x00) {
-    const [kind, text] = classifyReply(reply);
-    const what = kind === "rejected" ? "rejected the CONNECT" : "cannot reach the destination";
-    const message = `${exchange.name} ${what}: ${text} (reply ${hex(reply)})`;
-    return exchange.fail(kind, message, { reply });
-  }
-  if (buffer.length < 4) return;
-  const length = replyLength(buffer[3], buffer);
-  if (length === undefined) {
-    return broken(exchange, `sent a reply with address type ${hex(buffer[3])}`);
-  }
-  if (buffer.length < length) return;
-  const refusal = exchange.options.onBound?.(boundAddress(buffer));
-  if (refusal !== undefined) return exchange.fail("refused", refusal);
-  exchange.succeed(buffer.subarray(length));
 }

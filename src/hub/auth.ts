@@ -48,19 +48,37 @@ export type NodeAuthenticator = (request: IncomingMessage, nodeId: string) => Pr
 /** A node id as a file name may carry it (the schema's rule for `node_id`). */
 export const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 
-const REFUSED: AuthResult = { ok: false, kind: "unauthenticated" };
-const WRONG_NODE: AuthResult = { ok: false, kind: "wrong_node" };
-const AMBIGUOUS: AuthResult = { ok: false, kind: "ambiguous_certificate" };
+/** A refusal, as {@link AuthResult} spells one. */
+type Refusal = Extract<AuthResult, { ok: false }>;
+
+const REFUSED: Refusal = { ok: false, kind: "unauthenticated" };
+const WRONG_NODE: Refusal = { ok: false, kind: "wrong_node" };
+const AMBIGUOUS: Refusal = { ok: false, kind: "ambiguous_certificate" };
 
 /** Mutual TLS: the peer certificate's one CN must be the node id, exactly. */
 export function certificateAuth(): NodeAuthenticator {
   return function authenticateCertificate(request, nodeId) {
-    const socket = request.socket as TLSSocket;
-    if (!socket.authorized) return Promise.resolve(REFUSED);
-    const names = commonNamesOf(socket.getPeerCertificate()?.raw);
-    if (names.length !== 1) return Promise.resolve(AMBIGUOUS);
-    return Promise.resolve(names[0] === nodeId ? { ok: true } : WRONG_NODE);
+    const node = certificateNode(request.socket as TLSSocket);
+    if (!node.ok) return Promise.resolve(node);
+    return Promise.resolve(node.node === nodeId ? { ok: true } : WRONG_NODE);
   };
+}
+
+/**
+ * The node a mutual-TLS connection is from: the one CN of a certificate the client CA signed, as
+ * {@link certificateAuth} reads it. For connections that name no node of their own (the SOCKS
+ * relay): the certificate says who it is, and the caller applies `api.nodes`.
+ *
+ * @param socket a TLS socket whose handshake has finished
+ * @returns the node id, or why there is none (no chain to the CA; not exactly one CN)
+ */
+export function certificateNode(
+  socket: TLSSocket,
+): { readonly ok: true; readonly node: string } | Refusal {
+  if (!socket.authorized) return REFUSED;
+  const names = commonNamesOf(socket.getPeerCertificate()?.raw);
+  if (names.length !== 1) return AMBIGUOUS;
+  return { ok: true, node: names[0] };
 }
 
 /**

@@ -1,7 +1,9 @@
 /**
  * Loading a hub config: parse, validate, resolve paths against the file's folder, and check the
- * listener rules before anything binds — the API and health listeners pairwise distinct, health on
- * loopback, and exactly one way for nodes to authenticate (mutual TLS or token files).
+ * listener rules before anything binds — the API, health and SOCKS relay listeners pairwise
+ * distinct, health on loopback, and exactly one way for nodes to authenticate (mutual TLS or token
+ * files) — and the pool's: one host (an edge names an instance by its port alone), each port once,
+ * none of them a listener of the hub's own, and a pool for the relay to relay to.
  *
  * @module
  */
@@ -15,7 +17,7 @@ import {
   listenerAddress,
   pathResolver,
 } from "../config/load.ts";
-import { ConfigError, type ConfigProblem } from "../config/problems.ts";
+import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.ts";
 import { validateFile } from "../config/validate.ts";
 import type { YamlFile } from "../config/yaml_file.ts";
 import { type HubConfigInput, HubConfigSchema } from "./schema.ts";
@@ -39,13 +41,22 @@ export interface HubConfig {
     readonly nodes?: readonly string[];
   };
   readonly health: readonly ListenerAddress[];
+  /** The SOCKS5-in-mutual-TLS relay (`transport.socks5_tls`), paths resolved. */
+  readonly socks5Tls?: {
+    readonly listen: ListenerAddress;
+    readonly certFile: string;
+    readonly keyFile: string;
+    readonly clientCaFile: string;
+  };
+  /** The static SOCKS pool: one host, its ports in the order written. */
+  readonly pool?: { readonly hostname: string; readonly ports: readonly number[] };
   readonly holdMs: number;
   readonly history: number;
   readonly timeouts: { readonly headerMs: number; readonly idleMs: number };
 }
 
 /** The listener kinds of a hub, as diagnostics name them. */
-export type HubListenerRole = "api" | "health";
+export type HubListenerRole = "api" | "health" | "socks5_tls";
 
 /** True when a parsed YAML file says `role: hub`. */
 export function isHubFile(source: YamlFile): boolean {
@@ -70,7 +81,9 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
   checkNodeAuthentication(raw.api, report);
   const listeners = hubListeners(raw, resolve);
   checkListeners(listeners, report);
+  checkPool(raw, listeners, report);
   if (problems.length > 0) throw new ConfigError(problems);
+  const relay = raw.transport?.socks5_tls;
   return {
     file,
     nodeId: raw.node_id,
@@ -88,6 +101,16 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
       nodes: raw.api.nodes,
     },
     health: addressesOf(listeners, "health"),
+    socks5Tls: relay && {
+      listen: addressesOf(listeners, "socks5_tls")[0],
+      certFile: resolve(relay.cert_file),
+      keyFile: resolve(relay.key_file),
+      clientCaFile: resolve(relay.client_ca_file),
+    },
+    pool: raw.pool && {
+      hostname: raw.pool.socks[0].hostname,
+      ports: raw.pool.socks.map((instance) => instance.port),
+    },
     holdMs: raw.stream.hold_ms,
     history: raw.stream.history,
     timeouts: { headerMs: raw.timeouts.header_ms, idleMs: raw.timeouts.idle_ms },
@@ -128,10 +151,54 @@ function hubListeners(raw: HubConfigInput, resolve: (path: string) => string): H
     index,
     address: listenerAddress(listener, resolve),
   });
+  const relay = raw.transport?.socks5_tls;
   return [
     ...raw.api.listen.map(tagged("api")),
     ...(raw.health?.listen ?? []).map(tagged("health")),
+    ...(relay ? [tagged("socks5_tls")(relay.listen, 0)] : []),
   ];
+}
+
+/** Where a hub listener was written, as a field path. */
+function listenerPath(listener: HubListener): (string | number)[] {
+  return listener.role === "socks5_tls"
+    ? ["transport", "socks5_tls", "listen"]
+    : [listener.role, "listen", listener.index];
+}
+
+/**
+ * The pool's rules: the relay has a pool; every instance on the first one's host, each port once;
+ * no instance is one of the hub's own listeners (the relay would dial itself).
+ */
+function checkPool(raw: HubConfigInput, listeners: readonly HubListener[], report: Report): void {
+  if (raw.transport?.socks5_tls && !raw.pool) {
+    report(["transport", "socks5_tls"], "The relay needs a pool to relay to: set pool.socks");
+  }
+  const socks = raw.pool?.socks ?? [];
+  const seen = new Set<number>();
+  for (const [index, instance] of socks.entries()) {
+    if (instance.hostname !== socks[0].hostname) {
+      report(
+        ["pool", "socks", index, "hostname"],
+        `Every pool instance must be on ${socks[0].hostname}: an edge names an instance by its ` +
+          "port alone",
+        instance.hostname,
+      );
+    }
+    if (seen.has(instance.port)) {
+      report(["pool", "socks", index, "port"], "Each pool port may appear once", instance.port);
+    }
+    seen.add(instance.port);
+    const address: ListenerAddress = { kind: "tcp", ...instance };
+    const own = listeners.find((listener) => overlaps(listener.address, address));
+    if (own) {
+      report(
+        ["pool", "socks", index],
+        `Is the hub's own ${formatPath(listenerPath(own))} (${formatAddress(own.address)})`,
+        formatAddress(address),
+      );
+    }
+  }
 }
 
 /** The listener rules: health only on loopback (or a Unix socket), and no two listeners alike. */
@@ -147,8 +214,8 @@ function checkListeners(listeners: readonly HubListener[], report: Report): void
     for (const b of listeners.slice(i + 1)) {
       if (!overlaps(a.address, b.address)) continue;
       report(
-        [b.role, "listen", b.index],
-        `Overlaps ${a.role}.listen[${a.index}] (${formatAddress(a.address)}): each listener ` +
+        listenerPath(b),
+        `Overlaps ${formatPath(listenerPath(a))} (${formatAddress(a.address)}): each listener ` +
           "must be its own socket",
         formatAddress(b.address),
       );
@@ -163,13 +230,16 @@ function addressesOf(listeners: readonly HubListener[], role: HubListenerRole): 
 
 /**
  * Every permission a hub needs: net for its listeners, read for its config, runtime folder and
- * credentials. No write, no outbound net, no env, no run.
+ * credentials; with the SOCKS relay, read for its credentials and net for each pool instance (the
+ * only outbound net). No write, no env, no run.
  */
 export function hubGrants(config: HubConfig): Grant[] {
   const grants: Grant[] = [];
+  const relay = config.socks5Tls;
   const listeners: [string, ListenerAddress][] = [
     ...config.api.listen.map((a): [string, ListenerAddress] => ["hub api listener", a]),
     ...config.health.map((a): [string, ListenerAddress] => ["hub health listener", a]),
+    ...(relay ? [["hub socks5_tls listener", relay.listen] as [string, ListenerAddress]] : []),
   ];
   for (const [purpose, address] of listeners) {
     grants.push({ name: "net", value: formatAddress(address), purpose });
@@ -186,6 +256,15 @@ export function hubGrants(config: HubConfig): Grant[] {
   }
   if (config.api.tokensDir) {
     grants.push({ name: "read", value: config.api.tokensDir, purpose: "node tokens folder" });
+  }
+  if (relay) {
+    for (const file of [relay.certFile, relay.keyFile, relay.clientCaFile]) {
+      grants.push({ name: "read", value: file, purpose: "hub socks5_tls TLS files" });
+    }
+    for (const port of config.pool?.ports ?? []) {
+      const value = formatAddress({ kind: "tcp", hostname: config.pool!.hostname, port });
+      grants.push({ name: "net", value, purpose: "pool SOCKS instance" });
+    }
   }
   return [...grants, ...CODE_GRANTS];
 }

@@ -4,13 +4,14 @@
  * becomes a generation; an invalid change is rejected, recorded and shown to every edge, and the
  * last good generation keeps being served.
  *
- * Two kinds of listener, proven distinct after binding and armed only then: `api` (the edges'
- * stream, each node authenticated) and `health` (loopback: status, nodes, reload). Each answers only
- * its own routes.
+ * Up to three kinds of listener, proven distinct after binding and armed only then: `api` (the
+ * edges' stream, each node authenticated), `health` (loopback: status, nodes, reload) and
+ * `socks5_tls` (the SOCKS relay to the hub's pool, `socks_relay.ts`). Each answers only its own.
  *
- * {@link startHub} reads top to bottom as the boot's steps; `listeners.ts` makes, binds and arms the
- * listeners, `routes.ts` answers their requests, and `write_reply.ts` writes every answer — errors
- * through the failure table the edge uses (`request/errors.ts`).
+ * {@link startHub} reads top to bottom as the boot's steps; `credentials.ts` reads the TLS files,
+ * `listeners.ts` makes, binds and arms the listeners, `routes.ts` answers their requests, and
+ * `write_reply.ts` writes every answer — errors through the failure table the edge uses
+ * (`request/errors.ts`).
  *
  * @module
  */
@@ -21,7 +22,6 @@ import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import { ConfigError } from "../config/problems.ts";
 import { inwardProblems } from "../proxy/inward.ts";
 import type { OwnListener } from "../egress/destinations.ts";
-import { readNamedFile } from "../config/rooted_read.ts";
 import { Tracing } from "../observe/tracing.ts";
 import {
   type FolderRead,
@@ -29,14 +29,14 @@ import {
   type RuntimeReloader,
   runtimeReloader,
 } from "../live/runtime_watch.ts";
-import { describeIoError } from "../config/yaml_file.ts";
 import { BootError } from "../boot/boot_error.ts";
 import { buildRegistry } from "../proxy/tenants.ts";
-import { certificateAuth, type NodeAuthenticator, tokenAuth } from "./auth.ts";
+import { type ApiCredentials, makeRelay, readApiCredentials } from "./credentials.ts";
 import type { HubConfig, HubListenerRole } from "./config.ts";
 import { ConfigFeed, sameBytes } from "./feed.ts";
 import { HubListeners, type HubRoute, type ListenerSpec, TlsRefusals } from "./listeners.ts";
 import { HubRoutes, type NodeRecord } from "./routes.ts";
+import type { PoolPorts, SocksRelay } from "./socks_relay.ts";
 
 export type { NodeRecord } from "./routes.ts";
 
@@ -46,17 +46,13 @@ export interface Hub {
   readonly feed: ConfigFeed;
   readonly listeners: readonly { role: HubListenerRole; address: string }[];
   readonly nodes: ReadonlyMap<string, NodeRecord>;
+  /** The SOCKS relay, when `transport.socks5_tls` is configured. */
+  readonly relay?: SocksRelay;
   /** Reads the folder now. */
   reload(): Promise<OfferOutcome>;
   /** Releases held polls, closes every listener. */
   close(): Promise<void>;
   readonly finished: Promise<void>;
-}
-
-/** The api listener's credentials: TLS options and certificate auth, or token files. */
-interface ApiCredentials {
-  readonly authenticate: NodeAuthenticator;
-  readonly tls?: https.ServerOptions;
 }
 
 /**
@@ -69,7 +65,11 @@ interface ApiCredentials {
  */
 export async function startHub(
   config: HubConfig,
-  options: { readonly log?: (line: string) => void } = {},
+  options: {
+    readonly log?: (line: string) => void;
+    /** The pool the relay serves (default: the config's static `pool.socks`). */
+    readonly pool?: PoolPorts;
+  } = {},
 ): Promise<Hub> {
   const log = options.log ?? ((line: string) => console.error(line));
   const store = await loadFirstGeneration(config);
@@ -81,8 +81,10 @@ export async function startHub(
     read: (dir) => readHubFolder(dir, store.current.files),
   });
   let credentials: ApiCredentials;
+  let relay: SocksRelay | undefined;
   try {
     credentials = await readApiCredentials(config, log);
+    relay = await makeRelay(config, options.pool, log);
   } catch (error) {
     reloader.stop();
     throw error;
@@ -90,7 +92,7 @@ export async function startHub(
   const refusals = new TlsRefusals(log);
   const { authenticate, tls } = credentials;
   const routes = new HubRoutes({ config, store, feed, reloader, authenticate, refusals });
-  const listeners = new HubListeners(listenerSpecs(config, routes, tls), {
+  const listeners = new HubListeners(listenerSpecs(config, routes, tls, relay), {
     timeouts: config.timeouts,
     refusals,
   });
@@ -103,10 +105,14 @@ export async function startHub(
   }
   listeners.arm();
   for (const { role, address } of actual) {
-    const auth = role === "api" && tls ? " (mutual TLS)" : role === "api" ? " (tokens)" : "";
+    const auth = (role === "api" && tls) || role === "socks5_tls"
+      ? " (mutual TLS)"
+      : role === "api"
+      ? " (tokens)"
+      : "";
     log(`portcullis: hub ${role} listening on ${formatAddress(address)}${auth}`);
   }
-  return runningHub({ store, feed, reloader, routes, listeners, actual });
+  return runningHub({ store, feed, reloader, routes, listeners, actual, relay });
 }
 
 /**
@@ -144,52 +150,33 @@ function ownListeners(config: HubConfig): OwnListener[] {
   return [
     ...config.api.listen.map((address, i) => ({ address, name: `api.listen[${i}]` })),
     ...config.health.map((address, i) => ({ address, name: `health.listen[${i}]` })),
+    ...(config.socks5Tls
+      ? [{ address: config.socks5Tls.listen, name: "transport.socks5_tls.listen" }]
+      : []),
   ].flatMap(({ address, name }) =>
     address.kind === "tcp" ? [{ hostname: address.hostname, port: address.port, name }] : []
   );
 }
 
 /**
- * Reads the api listener's credentials: with `api.tls`, its certificate, key and client CA (nodes
- * authenticate by certificate); without, a token book over `api.tokens_dir`.
- *
- * @throws {BootError} when a TLS file cannot be read
- */
-async function readApiCredentials(
-  config: HubConfig,
-  log: (line: string) => void,
-): Promise<ApiCredentials> {
-  try {
-    if (!config.api.tls) return { authenticate: tokenAuth(config.api.tokensDir!, { log }) };
-    const { certFile, keyFile, clientCaFile } = config.api.tls;
-    const tls: https.ServerOptions = {
-      cert: await readNamedFile(certFile, "api.tls.cert_file", { maxBytes: 1 << 20 }),
-      key: await readNamedFile(keyFile, "api.tls.key_file", { maxBytes: 1 << 20, secret: true }),
-      ca: await readNamedFile(clientCaFile, "api.tls.client_ca_file", { maxBytes: 1 << 20 }),
-      requestCert: true,
-      rejectUnauthorized: true,
-      minVersion: "TLSv1.2",
-    };
-    return { authenticate: certificateAuth(), tls };
-  } catch (error) {
-    throw new BootError([`Cannot read the hub's TLS files: ${describeIoError(error)}`]);
-  }
-}
-
-/**
- * The listeners to make, in the order they bind: every api address (with TLS when set), then every
- * health address.
+ * The listeners to make, in the order they bind: every api address (with TLS when set), every
+ * health address, then the SOCKS relay's.
  */
 function listenerSpecs(
   config: HubConfig,
   routes: HubRoutes,
   tls: https.ServerOptions | undefined,
+  relay: SocksRelay | undefined,
 ): ListenerSpec[] {
   const api: HubRoute = (request, response, id) => routes.api(request, response, id);
   const health: HubRoute = (request, response, id) => routes.health(request, response, id);
+  const socks5Tls = config.socks5Tls;
   return [
     ...config.api.listen.map((address) => ({ role: "api" as const, address, route: api, tls })),
     ...config.health.map((address) => ({ role: "health" as const, address, route: health })),
+    ...(relay && socks5Tls
+      ? [{ role: "socks5_tls" as const, address: socks5Tls.listen, server: relay.server }]
+      : []),
   ];
 }
 
@@ -204,8 +191,9 @@ function runningHub(parts: {
   readonly routes: HubRoutes;
   readonly listeners: HubListeners;
   readonly actual: readonly { role: HubListenerRole; address: ListenerAddress }[];
+  readonly relay?: SocksRelay;
 }): Hub {
-  const { store, feed, reloader, routes, listeners, actual } = parts;
+  const { store, feed, reloader, routes, listeners, actual, relay } = parts;
   let resolveFinished!: () => void;
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
   let closing: Promise<void> | undefined;
@@ -213,6 +201,7 @@ function runningHub(parts: {
     store,
     feed,
     nodes: routes.nodes,
+    relay,
     listeners: actual.map(({ role, address }) => ({ role, address: formatAddress(address) })),
     reload: () => reloader.reload(),
     close() {

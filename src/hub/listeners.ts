@@ -27,12 +27,19 @@ export type HubRoute = (
 ) => Promise<Reply | undefined>;
 
 /** One listener to make: its role, where it binds, what answers it, and TLS for the api. */
-export interface ListenerSpec {
-  readonly role: HubListenerRole;
-  readonly address: ListenerAddress;
-  readonly route: HubRoute;
-  readonly tls?: https.ServerOptions;
-}
+export type ListenerSpec =
+  | {
+    readonly role: HubListenerRole;
+    readonly address: ListenerAddress;
+    readonly route: HubRoute;
+    readonly tls?: https.ServerOptions;
+  }
+  | {
+    readonly role: HubListenerRole;
+    readonly address: ListenerAddress;
+    /** A server made elsewhere (the SOCKS relay's): bound, armed and closed like the others. */
+    readonly server: Server;
+  };
 
 /** A listener bound (or to be) and its live sockets. */
 interface BoundServer {
@@ -57,12 +64,12 @@ export class TlsRefusals {
   }
 
   /** Counts one refused handshake, and logs it unless one was logged within the interval. */
-  note(error: Error, socket: Socket): void {
+  note(error: Error, socket: Socket, role: HubListenerRole = "api"): void {
     this.count++;
     if (Date.now() - this.#loggedAt < TLS_LOG_INTERVAL_MS) return;
     this.#loggedAt = Date.now();
     this.#log(
-      `portcullis: hub api: TLS handshake from ${socket.remoteAddress} refused: ` +
+      `portcullis: hub ${role}: TLS handshake from ${socket.remoteAddress} refused: ` +
         `${error.message} (${this.count} since start; logged at most once a minute)`,
     );
   }
@@ -87,7 +94,7 @@ export class HubListeners {
     this.#servers = specs.map((spec) => makeServer(spec, options.timeouts));
     for (const bound of this.#servers) {
       bound.server.on("tlsClientError", (error: Error, socket: Socket) => {
-        options.refusals.note(error, socket);
+        options.refusals.note(error, socket, bound.role);
       });
       bound.server.on("connection", (socket: Socket) => {
         if (!this.#armed) return socket.destroy();
@@ -144,8 +151,11 @@ export class HubListeners {
   }
 }
 
-/** A node:http(s) server for one listener, its route answering through {@link writeReply}. */
+/** The server of one listener: one made elsewhere as given, or node:http(s) answering its route. */
 function makeServer(spec: ListenerSpec, timeouts: HubConfig["timeouts"]): BoundServer {
+  if ("server" in spec) {
+    return { role: spec.role, address: spec.address, server: spec.server, sockets: new Set() };
+  }
   const { role, address, route, tls } = spec;
   const onRequest = (request: http.IncomingMessage, response: http.ServerResponse) => {
     const requestId = requestIdFor(request.headers["x-request-id"]);

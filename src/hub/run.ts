@@ -71,6 +71,12 @@ export async function runHubVerb(
       `  hub ${config.nodeId}`,
       `  api: ${config.api.listen.map(formatAddress).join(", ")} (${auth})`,
       `  health: ${config.health.map(formatAddress).join(", ") || "none"}`,
+      ...(config.socks5Tls
+        ? [
+          `  socks5_tls: ${formatAddress(config.socks5Tls.listen)} (mutual TLS) → pool ` +
+          `${config.pool!.hostname} ports ${config.pool!.ports.join(", ")}`,
+        ]
+        : []),
       ...summarizeFolder(config.runtimeDir, checked),
       `  permissions: ${formatFlags(grants)}`,
     ].join("\n"));

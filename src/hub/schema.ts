@@ -6,7 +6,7 @@
  */
 import * as v from "valibot";
 import { Listener, RuntimeWatch } from "../config/bootstrap.ts";
-import { Text, wholeNumber } from "../config/fields.ts";
+import { IpLiteral, Port, Text, wholeNumber } from "../config/fields.ts";
 
 const NodeId = v.pipe(
   v.string("Expected text"),
@@ -34,6 +34,26 @@ const Api = v.strictObject({
   nodes: v.optional(v.array(NodeId, "Expected a list of node ids")),
 });
 
+/**
+ * SOCKS5 inside mutual TLS: edges dial this listener with their node certificate and name a pool
+ * port by ALPN (`portcullis-socks/<port>`); the relay pipes the stream to that port.
+ */
+const Socks5Tls = v.strictObject({
+  listen: v.strictObject({ hostname: IpLiteral, port: Port }),
+  cert_file: Text,
+  key_file: Text,
+  /** Client certificates must chain to this CA; their one CN is the node id (`api.nodes` applies). */
+  client_ca_file: Text,
+});
+
+/** The hub's SOCKS pool: a static list for now (an embedded Tor pool will fill it later). */
+const Pool = v.strictObject({
+  socks: v.pipe(
+    v.array(v.strictObject({ hostname: IpLiteral, port: Port }), "Expected a list of instances"),
+    v.minLength(1, "Expected at least one SOCKS instance"),
+  ),
+});
+
 /** The hub config schema. */
 export const HubConfigSchema = v.strictObject({
   /** Marks the file as a hub's. */
@@ -46,6 +66,9 @@ export const HubConfigSchema = v.strictObject({
   api: Api,
   /** Local operations (`/healthz`, `/v1/config`, `/v1/nodes`, reload): loopback only. */
   health: v.optional(v.strictObject({ listen: Listeners })),
+  /** How edges reach the pool (remote mode's egress). */
+  transport: v.optional(v.strictObject({ socks5_tls: v.optional(Socks5Tls) })),
+  pool: v.optional(Pool),
   stream: v.optional(
     v.strictObject({
       /** How long a stream request with nothing new is held before it is answered `current`. */

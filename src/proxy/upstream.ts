@@ -186,7 +186,8 @@ export async function forwardRequest(
 
   for (let number = 1;; number++) {
     const backend = egress.chooseBackend(forward.action.backends);
-    const way = backend ? egress.way(backend, tried) : undefined;
+    // The tenant picks the agent: with isolation, its own credentials and kept-alive connections.
+    const way = backend ? egress.way(backend, tried, forward.action.tenant) : undefined;
     if (!backend || !way) {
       const error = new GatewayError("upstream_unreachable");
       throw fail(services, context, { attempts: number, error, detail: "no way out" });

@@ -1,0 +1,132 @@
+/**
+ * How the edge reaches a SOCKS instance: the dial a SOCKS handshake runs over. Plain TCP to the
+ * instance's address for a local SOCKS server (and for `egress.transport.kind: wireguard`, whose
+ * tunnel is the operator's: the edge dials the hub's private address and a pool port in plain
+ * TCP); for `socks5_tls`, a mutual-TLS connection to the hub's relay that names the pool port by
+ * ALPN (`portcullis-socks/<port>`, the relay's side is `hub/socks_relay.ts`). The SOCKS5 bytes
+ * inside are the same either way, so the handshake code (`socks5.ts`) does not know which ran.
+ *
+ * The TLS credentials are read once, synchronously, when the egress is made at boot: a file that
+ * cannot be read fails the boot (not the first request), and every later dial reuses one secure
+ * context. The key must be a regular file only its owner may read (0600 or 0400), as every key
+ * the gateway reads.
+ *
+ * @module
+ */
+import net, { type Socket } from "node:net";
+import tls from "node:tls";
+
+/** A connection being made to a SOCKS instance, and the event that says it can carry SOCKS. */
+export interface Dialled {
+  readonly socket: Socket;
+  /** `connect` for TCP; `secureConnect` once the TLS handshake (and ALPN) is done. */
+  readonly ready: "connect" | "secureConnect";
+}
+
+/** Opens one connection to a SOCKS instance (a handshake calls it once per attempt). */
+export type SocksDial = () => Dialled;
+
+/** The ALPN protocol that names pool port `port` at the hub's relay. */
+export function alpnFor(port: number): string {
+  return `portcullis-socks/${port}`;
+}
+
+/**
+ * Plain TCP to `hostname:port`: the default dial.
+ *
+ * @param address the SOCKS server (or, over WireGuard, the hub's private address and a pool port)
+ */
+export function tcpDial(address: { hostname: string; port: number }): SocksDial {
+  return function dialTcp(): Dialled {
+    return {
+      socket: net.connect({ host: address.hostname, port: address.port }),
+      ready: "connect",
+    };
+  };
+}
+
+/** The `socks5_tls` transport's settings, paths resolved. */
+export interface TlsTransportSettings {
+  /** The hub relay's address. */
+  readonly hostname: string;
+  readonly port: number;
+  /** The name the hub's certificate must carry, and the SNI sent (default: `hostname`). */
+  readonly serverName?: string;
+  /** The node's client certificate and key, and the CA that signs the hub's certificate. */
+  readonly certFile: string;
+  readonly keyFile: string;
+  readonly caFile: string;
+}
+
+/** The most bytes a certificate, key or CA file may have. */
+const MAX_PEM_BYTES = 1 << 20;
+
+/** The `socks5_tls` transport: one secure context, and a dial per pool port. */
+export class TlsTransport {
+  readonly settings: TlsTransportSettings;
+  readonly #context: tls.SecureContext;
+
+  /**
+   * Reads the credentials and makes the secure context.
+   *
+   * @throws {Error} naming the setting and file when one cannot be read or is not usable
+   */
+  constructor(settings: TlsTransportSettings) {
+    this.settings = settings;
+    const cert = readPem(settings.certFile, "egress.transport.cert_file", false);
+    const key = readPem(settings.keyFile, "egress.transport.key_file", true);
+    const ca = readPem(settings.caFile, "egress.transport.ca_file", false);
+    try {
+      this.#context = tls.createSecureContext({ cert, key, ca, minVersion: "TLSv1.2" });
+    } catch (error) {
+      throw new Error(
+        `Cannot use egress.transport's certificate, key or CA: ${(error as Error).message}`,
+      );
+    }
+  }
+
+  /**
+   * The dial for one pool port: TLS to the hub with the client certificate, offering exactly
+   * `portcullis-socks/<port>`. A hub that selects no protocol, or another, is not that instance:
+   * the connection is destroyed before any SOCKS byte is sent.
+   */
+  dial(poolPort: number): SocksDial {
+    const { hostname, port, serverName } = this.settings;
+    const protocol = alpnFor(poolPort);
+    const context = this.#context;
+    // SNI carries names only; with an IP address and no server name, the certificate must name
+    // the address.
+    const servername = serverName ?? (net.isIP(hostname) ? undefined : hostname);
+    return function dialHubTls(): Dialled {
+      const socket = tls.connect({
+        host: hostname,
+        port,
+        servername,
+        secureContext: context,
+        ALPNProtocols: [protocol],
+        rejectUnauthorized: true,
+      });
+      socket.once("secureConnect", function checkProtocol() {
+        if (socket.alpnProtocol !== protocol) {
+          socket.destroy(new Error(`The hub did not select ${protocol}`));
+        }
+      });
+      return { socket, ready: "secureConnect" };
+    };
+  }
+}
+
+/** Reads one PEM file; a key must be readable by its owner only. */
+function readPem(file: string, setting: string, secret: boolean): string {
+  try {
+    const info = Deno.statSync(file);
+    if (!info.isFile) throw new Error("not a regular file");
+    if (info.size > MAX_PEM_BYTES) throw new Error(`larger than ${MAX_PEM_BYTES} bytes`);
+    if (secret && info.mode !== null && (info.mode & 0o077) !== 0) {
+      throw new Error("group or others may read it (give it mode 0600)");
+    }
+    return Deno.readTextFileSync(file);
+  } catch (error) {
+    throw new Error(`Cannot read ${setting} "${file}": ${(error as Error).message}`);
+  }
+}

@@ -1,0 +1,80 @@
+/**
+ * The hub's credentials, read at boot: the api listener's (its TLS certificate, key and client CA
+ * with certificate authentication, or a token book over `api.tokens_dir`) and the SOCKS relay's
+ * (`transport.socks5_tls`). Every file is read rooted in its own folder (config/rooted_read.ts), a
+ * key as a secret; a file that cannot be read refuses the boot.
+ *
+ * @module
+ */
+import type https from "node:https";
+import { BootError } from "../boot/boot_error.ts";
+import { readNamedFile } from "../config/rooted_read.ts";
+import { describeIoError } from "../config/yaml_file.ts";
+import { certificateAuth, type NodeAuthenticator, tokenAuth } from "./auth.ts";
+import type { HubConfig } from "./config.ts";
+import { type PoolPorts, SocksRelay, staticPool } from "./socks_relay.ts";
+
+/** The api listener's credentials: TLS options and certificate auth, or token files. */
+export interface ApiCredentials {
+  readonly authenticate: NodeAuthenticator;
+  readonly tls?: https.ServerOptions;
+}
+
+/**
+ * Reads the api listener's credentials: with `api.tls`, its certificate, key and client CA (nodes
+ * authenticate by certificate); without, a token book over `api.tokens_dir`.
+ *
+ * @throws {BootError} when a TLS file cannot be read
+ */
+export async function readApiCredentials(
+  config: HubConfig,
+  log: (line: string) => void,
+): Promise<ApiCredentials> {
+  try {
+    if (!config.api.tls) return { authenticate: tokenAuth(config.api.tokensDir!, { log }) };
+    const { certFile, keyFile, clientCaFile } = config.api.tls;
+    const tls: https.ServerOptions = {
+      cert: await readNamedFile(certFile, "api.tls.cert_file", { maxBytes: 1 << 20 }),
+      key: await readNamedFile(keyFile, "api.tls.key_file", { maxBytes: 1 << 20, secret: true }),
+      ca: await readNamedFile(clientCaFile, "api.tls.client_ca_file", { maxBytes: 1 << 20 }),
+      requestCert: true,
+      rejectUnauthorized: true,
+      minVersion: "TLSv1.2",
+    };
+    return { authenticate: certificateAuth(), tls };
+  } catch (error) {
+    throw new BootError([`Cannot read the hub's TLS files: ${describeIoError(error)}`]);
+  }
+}
+
+/**
+ * The relay of `transport.socks5_tls` over `pool` (default: the config's static pool), its TLS
+ * files read; none when the transport is not configured.
+ *
+ * @throws {BootError} when a TLS file cannot be read
+ */
+export async function makeRelay(
+  config: HubConfig,
+  pool: PoolPorts | undefined,
+  log: (line: string) => void,
+): Promise<SocksRelay | undefined> {
+  const relay = config.socks5Tls;
+  if (!relay) return undefined;
+  try {
+    const read = (file: string, field: string, secret = false) =>
+      readNamedFile(file, `transport.socks5_tls.${field}`, { maxBytes: 1 << 20, secret });
+    return new SocksRelay({
+      pool: pool ?? staticPool(config.pool!.hostname, config.pool!.ports),
+      tls: {
+        cert: await read(relay.certFile, "cert_file"),
+        key: await read(relay.keyFile, "key_file", true),
+        ca: await read(relay.clientCaFile, "client_ca_file"),
+      },
+      nodes: config.api.nodes,
+      timeoutMs: config.timeouts.headerMs,
+      log,
+    });
+  } catch (error) {
+    throw new BootError([`Cannot read the hub's socks5_tls files: ${describeIoError(error)}`]);
+  }
+}
