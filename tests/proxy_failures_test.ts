@@ -8,7 +8,13 @@
  */
 import assert from "node:assert/strict";
 import { balancedLedger, waitFor } from "./fixtures/in_process.ts";
-import { apiRoute, failure, type ProxyEdge, withProxyEdge } from "./fixtures/proxy_edge.ts";
+import {
+  apiRoute,
+  closeQuietly,
+  failure,
+  type ProxyEdge,
+  withProxyEdge,
+} from "./fixtures/proxy_edge.ts";
 
 /** Every port of the test's servers: none may appear in an error body. */
 function ports(p: ProxyEdge): number[] {
@@ -109,5 +115,54 @@ Deno.test("proxy failure: an upstream 503 is passed through, not rewritten", asy
     assert.equal(egress.instances[0].failures, 0);
     assert.equal(egress.retries, 0);
     await balancedLedger(p.t);
+  });
+});
+
+/** Sends GET `path` on a raw connection and closes it after `ms`, without reading an answer. */
+async function leaveAfter(p: ProxyEdge, path: string, ms: number): Promise<void> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: p.t.ports.public });
+  await conn.write(new TextEncoder().encode(`GET ${path} HTTP/1.1\r\nHost: shop.test\r\n\r\n`));
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  closeQuietly(conn);
+}
+
+Deno.test("proxy failure: clients that leave while the upstream thinks charge neither the instance nor the backend", async () => {
+  // A breaker that opens at two failures of four, a backend that goes cold at two in a row: before
+  // the fix, six clients walking away opened the one and froze the other.
+  const egress = () => ({
+    breaker: { window: 4, min_samples: 2 },
+    negative_cache: { failures: 2, ttl_ms: 60_000 },
+  });
+  await withProxyEdge({ egress }, async (p) => {
+    for (let i = 0; i < 6; i++) await leaveAfter(p, `/api/slow/1500?i=${i}`, 150);
+    // Every request reached the upstream before its client left (the upstream's evidence).
+    await waitFor(() => Promise.resolve(p.upstream.seen.length), (n) => n >= 6);
+    const after = await waitFor(() => p.egress(), (e) => e.instances[0].active === 0);
+    assert.equal(after.instances[0].state, "closed", JSON.stringify(after.instances[0]));
+    assert.equal(after.instances[0].failures, 0);
+    assert.deepEqual(after.cold_backends, []);
+    assert.equal((await p.send({ path: "/api/echo" })).status, 200);
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+  });
+});
+
+Deno.test("proxy failure: requests the deadline gives up on do charge the instance and the backend", async () => {
+  const setup = {
+    egress: () => ({
+      breaker: { window: 4, min_samples: 2 },
+      negative_cache: { failures: 2, ttl_ms: 60_000 },
+    }),
+    edit(config: Record<string, Record<string, Record<string, Record<string, unknown>>>>) {
+      config.ledger.lanes.public.deadline_ms = 300;
+    },
+  };
+  await withProxyEdge(setup, async (p) => {
+    for (let i = 0; i < 2; i++) {
+      failure(await p.send({ path: `/api/slow/900?i=${i}` }), 504, "upstream_timeout", ports(p));
+    }
+    const after = await waitFor(() => p.egress(), (e) => e.instances[0].failures >= 2);
+    assert.equal(after.instances[0].state, "open");
+    assert.equal(after.cold_backends.length, 1);
+    await new Promise((resolve) => setTimeout(resolve, 900));
   });
 });

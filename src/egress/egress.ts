@@ -182,7 +182,8 @@ export class Egress {
     way: Way,
     backend: Backend,
     outcome: {
-      instanceOk: boolean;
+      /** Undefined: no verdict on the instance (its pick is released, nothing is recorded). */
+      instanceOk: boolean | undefined;
       backendOk?: boolean;
       latencyMs?: number;
       instanceDown?: boolean;
@@ -196,7 +197,8 @@ export class Egress {
     else if (outcome.backendOk === false) this.cache.failure(backend.key);
     const outbox = this.#outbox;
     if (outbox) {
-      if (way.kind === "socks" && (down || !way.pick.fallback)) {
+      const verdict = down || outcome.instanceOk !== undefined;
+      if (way.kind === "socks" && verdict && (down || !way.pick.fallback)) {
         outbox.instances.push(way.pick.index, down ? DOWN : outcome.instanceOk ? 1 : 0);
       }
       if (outcome.backendOk !== undefined) {

@@ -211,13 +211,15 @@ export class InstancePool {
    * @param down the instance could not be connected to at all: trip its breaker now
    * @returns false, changing nothing, when the pick was already finished or is not this pool's
    */
-  finish(pick: Pick, ok: boolean, latencyMs?: number, down = false): boolean {
+  finish(pick: Pick, ok: boolean | undefined, latencyMs?: number, down = false): boolean {
     // A flag on the pick, not a WeakSet of open picks: per-request entries in a long-lived
     // collection measurably raised garbage-collection cost on the proxy path.
     if (!(pick instanceof IssuedPick) || pick.pool !== this || !pick.open) return false;
     pick.open = false;
     const i = pick.index;
     this.#active[i]--;
+    // No verdict (the client went away): the instance is neither credited nor charged.
+    if (ok === undefined && !down) return true;
     this.#requests[i]++;
     if (!ok) this.#failures[i]++;
     if (ok && latencyMs !== undefined && latencyMs >= 0 && Number.isFinite(latencyMs)) {
@@ -227,7 +229,9 @@ export class InstancePool {
       this.#sampled[i] = 1;
     }
     if (down) this.#breakers[i].trip(this.#clock());
-    else if (!pick.fallback) this.#breakers[i].record(ok, false, this.#clock(), pick.generation);
+    else if (!pick.fallback) {
+      this.#breakers[i].record(ok === true, false, this.#clock(), pick.generation);
+    }
     return true;
   }
 

@@ -20,7 +20,7 @@ import type { Action } from "../proxy/actions.ts";
 import type { RouteMatch } from "../proxy/routes.ts";
 import type { Tenant } from "../proxy/tenants.ts";
 import type { Forward } from "../proxy/upstream.ts";
-import type { RequestContext } from "../request/context.ts";
+import type { AbortCause, RequestContext } from "../request/context.ts";
 import type { FailureKind } from "../request/errors.ts";
 import type { RequestHead } from "../request/head.ts";
 import type { Arrival } from "../server/arrival.ts";
@@ -58,6 +58,7 @@ export class Exchange implements RequestContext {
   forward?: Forward;
   timeoutKind: FailureKind = "deadline_exceeded";
   aborted = false;
+  abortedBy?: AbortCause;
   /** True once the request's body turned out malformed (the reply is then a 400). */
   bodyBroken = false;
   #listeners?: Set<() => void>;
@@ -90,13 +91,14 @@ export class Exchange implements RequestContext {
   /** The parser gave up on this request's body: abort what waits on it, and answer 400. */
   breakBody(): void {
     this.bodyBroken = true;
-    this.abort();
+    this.abort("client");
   }
 
   /** Aborts whatever waits on this request (deadline, client gone); idempotent. */
-  abort(): void {
+  abort(cause: AbortCause): void {
     if (this.aborted) return;
     this.aborted = true;
+    this.abortedBy = cause;
     const listeners = this.#listeners;
     this.#listeners = undefined;
     for (const listener of listeners ?? []) listener();

@@ -47,7 +47,7 @@ export function admitPhase(drains: boolean): Phase<LanePhaseServices> {
       const channel = exchange.arrival.open(admission, (reason) => {
         if (record) record.outcome = reason;
       });
-      channel.onAbandon(() => exchange.abort());
+      channel.onAbandon(() => exchange.abort("client"));
       exchange.channel = channel;
       return undefined;
     },

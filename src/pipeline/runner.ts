@@ -212,7 +212,7 @@ class Runner<S extends PipelineServices> implements Pipeline {
   #expire(exchange: Exchange): void {
     const { channel, ticket } = exchange;
     if (!channel || channel.spent || !ticket.live) return;
-    exchange.abort();
+    exchange.abort("deadline");
     this.#services.ledger.expire(ticket);
     const reply = responsePhase(exchange, failureReply(exchange.timeoutKind, exchange.requestId));
     this.#send(exchange, reply, (r, extra) => channel.send(r, extra));

@@ -60,8 +60,11 @@ export interface UpstreamServices {
 /** An attempt that failed, classified. */
 class AttemptFailure extends Error {
   readonly kind: FailureKind;
-  /** For the pool: true when the SOCKS instance did its job (the destination failed). */
-  readonly instanceOk: boolean;
+  /**
+   * For the pool: true when the SOCKS instance did its job (the destination failed); undefined
+   * when the attempt says nothing about it (the client went away).
+   */
+  readonly instanceOk?: boolean;
   /** For the negative cache: false when the backend failed; undefined when it was not reached. */
   readonly backendOk?: boolean;
   /** True when no request byte was written to an upstream socket: a retry duplicates nothing. */
@@ -75,7 +78,7 @@ class AttemptFailure extends Error {
     kind: FailureKind,
     cause: unknown,
     flags: {
-      instanceOk: boolean;
+      instanceOk: boolean | undefined;
       backendOk?: boolean;
       sentBytes: number;
       bodyTaken: boolean;
@@ -445,13 +448,19 @@ class AttemptExchange {
     });
   }
 
-  /** The deadline passed or the client went: the attempt ends as a timeout. */
+  /**
+   * The deadline passed or the client went: the attempt ends as a timeout. Only a deadline is a
+   * verdict on the way out; a client that left (or broke its body) says nothing about the instance
+   * or the backend, so neither is charged with it — clients walking away must not open a breaker.
+   */
   #aborted(): void {
     const connected = this.#connected();
+    const client = this.#context.abortedBy === "client";
+    const why = client ? "the client went away" : "the deadline passed";
     this.#done(
-      new AttemptFailure("upstream_timeout", new Error("Aborted: deadline or client gone"), {
-        instanceOk: !connected,
-        backendOk: connected ? false : undefined,
+      new AttemptFailure("upstream_timeout", new Error(`Aborted: ${why}`), {
+        instanceOk: client ? undefined : !connected,
+        backendOk: client || !connected ? undefined : false,
         sentBytes: this.#sentBytes(),
         bodyTaken: this.#bodyTaken,
       }),

@@ -38,6 +38,9 @@ export interface AttemptNotes {
   failed(kind: string): void;
 }
 
+/** Why an admitted request was given up. */
+export type AbortCause = "deadline" | "client";
+
 /** One admitted request, as every handler sees it. */
 export interface RequestContext {
   /** The lane fixed by the listener that accepted the connection. */
@@ -59,6 +62,11 @@ export interface RequestContext {
   readonly request: IncomingMessage;
   /** True once the lane's deadline passed or the client went away. */
   readonly aborted: boolean;
+  /**
+   * Why the request was aborted: its deadline passed (an upstream that kept it waiting is to
+   * blame), or the client went away or broke its body (nobody upstream is).
+   */
+  readonly abortedBy?: AbortCause;
   /** Calls `listener` once when the request is aborted; returns a function that unregisters it. */
   onAbort(listener: () => void): () => void;
   /** What the deadline answers with; a phase waiting on an upstream sets `upstream_timeout`. */
