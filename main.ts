@@ -28,7 +28,7 @@ import { formatFlags, requiredGrants } from "./src/boot/flags.ts";
 import { summarizePlan } from "./src/cli/summary.ts";
 import { resolveConfig, runsWorkers } from "./src/config/load.ts";
 import { readYaml } from "./src/config/yaml_file.ts";
-import { isHubFile, resolveHubConfig } from "./src/hub/config.ts";
+import { isHubFile, loadHubConfig } from "./src/hub/config.ts";
 import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
 import { BootError } from "./src/boot/boot_error.ts";
@@ -108,7 +108,7 @@ async function run(verb: string, file: string): Promise<number> {
     );
     return 2;
   }
-  if (isHubFile(source)) return runHubVerb(verb, resolveHubConfig(source), VERSION);
+  if (isHubFile(source)) return runHubVerb(verb, await loadHubConfig(source), VERSION);
   if (verb === "hub") {
     console.error(`portcullis: ${file} is not a hub config (a hub config says role: hub)`);
     return 2;

@@ -16,7 +16,7 @@ import { isolatesTenants } from "../src/config/egress_schema.ts";
 import { loadConfig } from "../src/config/load.ts";
 import { ConfigError, formatPath } from "../src/config/problems.ts";
 import { parseYaml } from "../src/config/yaml_file.ts";
-import { hubGrants, resolveHubConfig } from "../src/hub/config.ts";
+import { hubGrants, loadHubConfig, resolveHubConfig } from "../src/hub/config.ts";
 import { TestPki } from "./fixtures/certs.ts";
 import { MINIMAL, writeConfigText } from "./fixtures/config_files.ts";
 import { json } from "./fixtures/http_client.ts";
@@ -225,7 +225,7 @@ Deno.test("socks5_tls: the hub grants its relay listener, its TLS files and each
 
 Deno.test("socks5_tls: the hub refuses a relay without a pool, a pool on two hosts, a port twice, and its own listener", () => {
   assert.deepEqual(hubWith(undefined), [
-    "transport.socks5_tls: The relay needs a pool to relay to: set pool.socks",
+    "transport.socks5_tls: The relay needs a pool to relay to: set pool.socks or pool.torpool",
   ]);
   assert.deepEqual(
     hubWith({
@@ -243,4 +243,71 @@ Deno.test("socks5_tls: the hub refuses a relay without a pool, a pool on two hos
       "pool.socks[3]: Is the hub's own api.listen[0] (127.0.0.1:9443)",
     ],
   );
+});
+
+/** A hub config with the relay and `pool`, written under `dir`, loaded (or its problems). */
+async function loadHubWith(dir: string, pool: unknown): Promise<ReturnType<typeof hubWith>> {
+  const config = {
+    role: "hub",
+    node_id: "hub-1",
+    runtime_dir: "runtime",
+    api: { listen: [{ hostname: "127.0.0.1", port: 9443 }], tokens_dir: "tokens" },
+    transport: {
+      socks5_tls: {
+        listen: { hostname: "127.0.0.1", port: 9450 },
+        cert_file: "hub.crt",
+        key_file: "hub.key",
+        client_ca_file: "ca.crt",
+      },
+    },
+    pool,
+  };
+  const parsed = parseYaml(`${dir}/hub.yaml`, stringify(config));
+  if (Array.isArray(parsed)) throw new Error("unparsable");
+  try {
+    return await loadHubConfig(parsed);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    return error.problems.map((p) => `${formatPath(p.path)}: ${p.message}`);
+  }
+}
+
+Deno.test("embedded Tor pool: pool.torpool loads its pool.yaml; exactly one kind of pool; the hub runs only its Tor", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "portcullis-hubpool-" });
+  try {
+    await Deno.writeTextFile(
+      `${dir}/pool.yaml`,
+      stringify({
+        role: "torpool",
+        tor_binary: "/usr/sbin/tor",
+        data_dir: "tor",
+        api_socket: "run/pool.sock",
+        socks_base_port: 19050,
+        control_base_port: 19150,
+        min_instances: 1,
+        max_instances: 2,
+      }),
+    );
+    await Deno.writeTextFile(`${dir}/not-a-pool.yaml`, stringify({ role: "hub" }));
+    const loaded = await loadHubWith(dir, { torpool: "pool.yaml" });
+    assert.ok(!Array.isArray(loaded), String(loaded));
+    assert.equal(loaded.torpool?.socksBasePort, 19050);
+    const flags = formatFlags(hubGrants(loaded));
+    assert.ok(flags.includes("--allow-run=/usr/sbin/tor "), flags);
+    for (const port of [19050, 19051, 19150, 19151]) assert.ok(flags.includes(`127.0.0.1:${port}`));
+    assert.ok(flags.includes(`--allow-write=${dir}/tor,${dir}/run`), flags);
+
+    assert.deepEqual(await loadHubWith(dir, { torpool: "not-a-pool.yaml" }), [
+      "pool.torpool: Expected a Tor pool config (a file that says role: torpool)",
+    ]);
+    const both = await loadHubWith(dir, {
+      torpool: "pool.yaml",
+      socks: [{ hostname: "127.0.0.1", port: 9050 }],
+    });
+    assert.ok(Array.isArray(both) && both.some((p) => p.includes("exactly one of pool.socks")));
+    const neither = await loadHubWith(dir, {});
+    assert.ok(Array.isArray(neither) && neither.some((p) => p.includes("exactly one of")));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

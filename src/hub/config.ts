@@ -19,7 +19,8 @@ import {
 } from "../config/load.ts";
 import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.ts";
 import { validateFile } from "../config/validate.ts";
-import type { YamlFile } from "../config/yaml_file.ts";
+import { readYaml, type YamlFile } from "../config/yaml_file.ts";
+import { isPoolFile, type PoolConfig, poolGrants, resolvePoolConfig } from "../torpool/config.ts";
 import { type HubConfigInput, HubConfigSchema } from "./schema.ts";
 
 /** A hub config, validated and resolved. */
@@ -50,6 +51,10 @@ export interface HubConfig {
   };
   /** The static SOCKS pool: one host, its ports in the order written. */
   readonly pool?: { readonly hostname: string; readonly ports: readonly number[] };
+  /** The embedded Tor pool's config file (`pool.torpool`), resolved; read by {@link loadHubConfig}. */
+  readonly torpoolFile?: string;
+  /** The embedded Tor pool, validated (set by {@link loadHubConfig}). */
+  readonly torpool?: PoolConfig;
   readonly holdMs: number;
   readonly history: number;
   readonly timeouts: { readonly headerMs: number; readonly idleMs: number };
@@ -57,6 +62,29 @@ export interface HubConfig {
 
 /** The listener kinds of a hub, as diagnostics name them. */
 export type HubListenerRole = "api" | "health" | "socks5_tls";
+
+/**
+ * Validates and resolves a parsed hub config file, and reads the embedded Tor pool's `pool.yaml`
+ * when `pool.torpool` names one (its problems name that file).
+ *
+ * @throws {ConfigError} naming file, field and value of every problem found
+ */
+export async function loadHubConfig(source: YamlFile): Promise<HubConfig> {
+  const config = resolveHubConfig(source);
+  if (config.torpoolFile === undefined) return config;
+  const pool = await readYaml(config.torpoolFile);
+  if (Array.isArray(pool)) throw new ConfigError(pool);
+  if (!isPoolFile(pool)) {
+    throw new ConfigError([{
+      file: source.file,
+      path: ["pool", "torpool"],
+      value: config.torpoolFile,
+      message: "Expected a Tor pool config (a file that says role: torpool)",
+      at: source.locate(["pool", "torpool"]),
+    }]);
+  }
+  return { ...config, torpool: resolvePoolConfig(pool) };
+}
 
 /** True when a parsed YAML file says `role: hub`. */
 export function isHubFile(source: YamlFile): boolean {
@@ -107,10 +135,11 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
       keyFile: resolve(relay.key_file),
       clientCaFile: resolve(relay.client_ca_file),
     },
-    pool: raw.pool && {
+    pool: raw.pool?.socks && {
       hostname: raw.pool.socks[0].hostname,
       ports: raw.pool.socks.map((instance) => instance.port),
     },
+    torpoolFile: raw.pool?.torpool === undefined ? undefined : resolve(raw.pool.torpool),
     holdMs: raw.stream.hold_ms,
     history: raw.stream.history,
     timeouts: { headerMs: raw.timeouts.header_ms, idleMs: raw.timeouts.idle_ms },
@@ -172,7 +201,10 @@ function listenerPath(listener: HubListener): (string | number)[] {
  */
 function checkPool(raw: HubConfigInput, listeners: readonly HubListener[], report: Report): void {
   if (raw.transport?.socks5_tls && !raw.pool) {
-    report(["transport", "socks5_tls"], "The relay needs a pool to relay to: set pool.socks");
+    report(
+      ["transport", "socks5_tls"],
+      "The relay needs a pool to relay to: set pool.socks or pool.torpool",
+    );
   }
   const socks = raw.pool?.socks ?? [];
   const seen = new Set<number>();
@@ -231,7 +263,8 @@ function addressesOf(listeners: readonly HubListener[], role: HubListenerRole): 
 /**
  * Every permission a hub needs: net for its listeners, read for its config, runtime folder and
  * credentials; with the SOCKS relay, read for its credentials and net for each pool instance (the
- * only outbound net). No write, no env, no run.
+ * only outbound net); with an embedded Tor pool, the pool's own set (run for its Tor binary only,
+ * its ports, its folders). No env, and no run or write without the pool.
  */
 export function hubGrants(config: HubConfig): Grant[] {
   const grants: Grant[] = [];
@@ -265,6 +298,10 @@ export function hubGrants(config: HubConfig): Grant[] {
       const value = formatAddress({ kind: "tcp", hostname: config.pool!.hostname, port });
       grants.push({ name: "net", value, purpose: "pool SOCKS instance" });
     }
+  }
+  // The embedded Tor pool: its Tor binary (the one run grant), its ports, its folders, its API.
+  for (const grant of config.torpool ? poolGrants(config.torpool) : []) {
+    grants.push({ ...grant, purpose: `embedded Tor pool: ${grant.purpose}` });
   }
   return [...grants, ...CODE_GRANTS];
 }

@@ -37,6 +37,8 @@ import { ConfigFeed, sameBytes } from "./feed.ts";
 import { HubListeners, type HubRoute, type ListenerSpec, TlsRefusals } from "./listeners.ts";
 import { HubRoutes, type NodeRecord } from "./routes.ts";
 import type { PoolPorts, SocksRelay } from "./socks_relay.ts";
+import { type EmbeddedPool, startEmbeddedPool } from "./embedded_pool.ts";
+import type { TorPool } from "../torpool/supervisor.ts";
 
 export type { NodeRecord } from "./routes.ts";
 
@@ -48,6 +50,8 @@ export interface Hub {
   readonly nodes: ReadonlyMap<string, NodeRecord>;
   /** The SOCKS relay, when `transport.socks5_tls` is configured. */
   readonly relay?: SocksRelay;
+  /** The embedded Tor pool, when `pool.torpool` is configured. */
+  readonly torpool?: TorPool;
   /** Reads the folder now. */
   reload(): Promise<OfferOutcome>;
   /** Releases held polls, closes every listener. */
@@ -82,11 +86,14 @@ export async function startHub(
   });
   let credentials: ApiCredentials;
   let relay: SocksRelay | undefined;
+  let embedded: EmbeddedPool | undefined;
   try {
     credentials = await readApiCredentials(config, log);
-    relay = await makeRelay(config, options.pool, log);
+    if (config.torpool && !options.pool) embedded = await startEmbeddedPool(config.torpool, log);
+    relay = await makeRelay(config, options.pool ?? embedded?.ports, log);
   } catch (error) {
     reloader.stop();
+    await embedded?.close();
     throw error;
   }
   const refusals = new TlsRefusals(log);
@@ -101,6 +108,7 @@ export async function startHub(
     actual = await listeners.bind();
   } catch (error) {
     reloader.stop();
+    await embedded?.close();
     throw error;
   }
   listeners.arm();
@@ -112,7 +120,7 @@ export async function startHub(
       : "";
     log(`portcullis: hub ${role} listening on ${formatAddress(address)}${auth}`);
   }
-  return runningHub({ store, feed, reloader, routes, listeners, actual, relay });
+  return runningHub({ store, feed, reloader, routes, listeners, actual, relay, embedded });
 }
 
 /**
@@ -192,8 +200,9 @@ function runningHub(parts: {
   readonly listeners: HubListeners;
   readonly actual: readonly { role: HubListenerRole; address: ListenerAddress }[];
   readonly relay?: SocksRelay;
+  readonly embedded?: EmbeddedPool;
 }): Hub {
-  const { store, feed, reloader, routes, listeners, actual, relay } = parts;
+  const { store, feed, reloader, routes, listeners, actual, relay, embedded } = parts;
   let resolveFinished!: () => void;
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
   let closing: Promise<void> | undefined;
@@ -202,6 +211,7 @@ function runningHub(parts: {
     feed,
     nodes: routes.nodes,
     relay,
+    torpool: embedded?.pool,
     listeners: actual.map(({ role, address }) => ({ role, address: formatAddress(address) })),
     reload: () => reloader.reload(),
     close() {
@@ -210,6 +220,7 @@ function runningHub(parts: {
         routes.stop();
         feed.close();
         await listeners.close();
+        await embedded?.close();
         resolveFinished();
       })();
       return closing;

@@ -46,13 +46,28 @@ const Socks5Tls = v.strictObject({
   client_ca_file: Text,
 });
 
-/** The hub's SOCKS pool: a static list for now (an embedded Tor pool will fill it later). */
-const Pool = v.strictObject({
-  socks: v.pipe(
-    v.array(v.strictObject({ hostname: IpLiteral, port: Port }), "Expected a list of instances"),
-    v.minLength(1, "Expected at least one SOCKS instance"),
+/**
+ * The hub's SOCKS pool: a static list of instances (`socks`), or an embedded Tor pool (`torpool`:
+ * the path of its `pool.yaml`, `role: torpool`), supervised inside the hub. Exactly one of them.
+ */
+const Pool = v.pipe(
+  v.strictObject({
+    socks: v.optional(
+      v.pipe(
+        v.array(
+          v.strictObject({ hostname: IpLiteral, port: Port }),
+          "Expected a list of instances",
+        ),
+        v.minLength(1, "Expected at least one SOCKS instance"),
+      ),
+    ),
+    torpool: v.optional(Text),
+  }),
+  v.check(
+    (pool) => (pool.socks === undefined) !== (pool.torpool === undefined),
+    "Expected exactly one of pool.socks (a static list) and pool.torpool (a pool.yaml to embed)",
   ),
-});
+);
 
 /** The hub config schema. */
 export const HubConfigSchema = v.strictObject({

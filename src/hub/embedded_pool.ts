@@ -1,0 +1,47 @@
+/**
+ * The hub's embedded Tor pool (`pool.torpool`): the pool supervisor runs inside the hub and its
+ * JSON API listens on the pool's own Unix socket, visible only on the hub's machine. The relay
+ * serves the instances that are ready now — an edge that names a port whose instance is dead or
+ * still bootstrapping is refused at the handshake and its breaker moves on — and reports each
+ * port's relayed streams to the pool, which is what its scaler reads.
+ *
+ * @module
+ */
+import type { PoolConfig } from "../torpool/config.ts";
+import { type PoolApi, serveApi } from "../torpool/api.ts";
+import { TorPool } from "../torpool/supervisor.ts";
+import type { PoolPorts } from "./socks_relay.ts";
+
+/** A running embedded pool: what the relay serves, and how to stop it. */
+export interface EmbeddedPool {
+  readonly pool: TorPool;
+  readonly ports: PoolPorts;
+  close(): Promise<void>;
+}
+
+/** Starts the pool's instances and its API; on a failure to serve the API, stops the instances. */
+export async function startEmbeddedPool(
+  config: PoolConfig,
+  log: (line: string) => void,
+): Promise<EmbeddedPool> {
+  const pool = TorPool.start(config, { log: (line) => log(`portcullis: hub torpool: ${line}`) });
+  let api: PoolApi;
+  try {
+    api = await serveApi(pool, config.apiSocket);
+  } catch (error) {
+    await pool.stop();
+    throw error;
+  }
+  return {
+    pool,
+    ports: {
+      hostname: config.listen,
+      ports: () => pool.backends().map((backend) => backend.port),
+      report: (port, load) => void pool.report(port, load),
+    },
+    async close() {
+      await api.close();
+      await pool.stop();
+    },
+  };
+}
