@@ -99,3 +99,39 @@ boundedTest(
   },
   30_000,
 );
+
+boundedTest(
+  "TorPool.loadClientAuth() installs client_auth_dir's <onion>.key files and refuses a key others may read",
+  async () => {
+    const where = await makePoolDir();
+    const keys = join(where.dir, "client-auth");
+    await Deno.mkdir(keys);
+    await Deno.writeTextFile(join(keys, `${ONION_B}.onion.key`), `${KEY_B}\n`, { mode: 0o600 });
+    await Deno.writeTextFile(join(keys, "README"), "not a key\n");
+    const config = poolConfig(where, { minInstances: 1, maxInstances: 1, clientAuthDir: keys });
+    const logs: string[] = [];
+    const pool = TorPool.start(config, { log: (line) => logs.push(line) });
+    const authDir = join(config.dataDir, "instance-0", "onion_auth");
+    try {
+      await waitFor("one live instance", () => pool.backends().length === 1);
+      await pool.loadClientAuth();
+      assert.deepEqual(await authFiles(authDir), {
+        [`${ONION_B}.auth_private`]: {
+          mode: 0o600,
+          text: `${ONION_B}:descriptor:x25519:${KEY_B}\n`,
+        },
+      });
+      // A key file group or others may read is refused, naming the file and never its content.
+      await Deno.chmod(join(keys, `${ONION_B}.onion.key`), 0o644);
+      const refused = await pool.loadClientAuth().catch((error) => error);
+      assert.ok(refused instanceof Error);
+      assert.match(refused.message, new RegExp(`client_auth_dir .*${ONION_B}\\.onion\\.key`));
+      assert.ok(!refused.message.includes(KEY_B));
+      assert.ok(!logs.join("\n").includes(KEY_B), "a key was logged");
+    } finally {
+      await pool.stop();
+      await Deno.remove(where.dir, { recursive: true });
+    }
+  },
+  30_000,
+);

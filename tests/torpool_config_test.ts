@@ -59,6 +59,7 @@ Deno.test("resolvePoolConfig() applies the defaults and resolves paths against t
     scaleUpThreshold: 0.8,
     scaleDownThreshold: 0.2,
     scaleCooldownMs: 300_000,
+    clientAuthDir: undefined,
   });
 });
 

@@ -74,6 +74,7 @@ async function serve(config: PoolConfig): Promise<number> {
   const pool = TorPool.start(config);
   let api: PoolApi;
   try {
+    await pool.loadClientAuth();
     api = await serveApi(pool, config.apiSocket);
   } catch (error) {
     await pool.stop();

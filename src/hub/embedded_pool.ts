@@ -27,6 +27,7 @@ export async function startEmbeddedPool(
   const pool = TorPool.start(config, { log: (line) => log(`portcullis: hub torpool: ${line}`) });
   let api: PoolApi;
   try {
+    await pool.loadClientAuth();
     api = await serveApi(pool, config.apiSocket);
   } catch (error) {
     await pool.stop();

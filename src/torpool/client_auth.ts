@@ -10,6 +10,7 @@
  * @module
  */
 import { join } from "node:path";
+import { readRootedText } from "../config/rooted_read.ts";
 
 /** One onion service's client key. */
 export interface ClientAuthEntry {
@@ -121,4 +122,28 @@ export class ClientAuthKeys {
   settled(): Promise<void> {
     return this.#writes;
   }
+}
+
+/**
+ * Reads a `client_auth_dir`: every `<onion address>.key` file (the address with or without
+ * `.onion`), each holding one base32 x25519 private key, read through the rooted read as a secret
+ * (mode 0600, no symlink out of the folder). Other names are ignored. Errors name the file, never a
+ * key.
+ *
+ * @throws {Error} naming the file that cannot be read
+ */
+export async function readClientAuthDir(dir: string): Promise<ClientAuthEntry[]> {
+  const entries: ClientAuthEntry[] = [];
+  for await (const item of Deno.readDir(dir)) {
+    if (!item.name.endsWith(".key") || item.name.startsWith(".")) continue;
+    let key: string;
+    try {
+      key = await readRootedText(dir, item.name, { maxBytes: 4096, secret: true });
+    } catch (error) {
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new Error(`client_auth_dir ${join(dir, item.name)}: ${reason}`);
+    }
+    entries.push({ onion: item.name.slice(0, -".key".length), key: key.trim() });
+  }
+  return entries.sort((a, b) => a.onion.localeCompare(b.onion));
 }

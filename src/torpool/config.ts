@@ -33,6 +33,8 @@ export interface PoolConfig {
   readonly scaleUpThreshold: number;
   readonly scaleDownThreshold: number;
   readonly scaleCooldownMs: number;
+  /** The onion client keys' folder (`client_auth_dir`), resolved. */
+  readonly clientAuthDir?: string;
 }
 
 /** One permission the pool needs, and why (the boot layer's `Grant`, plus `run`). */
@@ -82,6 +84,7 @@ export function resolvePoolConfig(source: YamlFile): PoolConfig {
     scaleUpThreshold: raw.scale_up_threshold,
     scaleDownThreshold: raw.scale_down_threshold,
     scaleCooldownMs: raw.scale_cooldown_ms,
+    clientAuthDir: raw.client_auth_dir === undefined ? undefined : resolve(raw.client_auth_dir),
   };
 }
 
@@ -188,6 +191,9 @@ export function poolGrants(config: PoolConfig): PoolGrant[] {
     value: dirname(config.apiSocket),
     purpose: "pool API socket folder",
   });
+  if (config.clientAuthDir) {
+    grants.push({ name: "read", value: config.clientAuthDir, purpose: "onion client keys" });
+  }
   grants.push({ name: "write", value: config.dataDir, purpose: "Tor data folder" });
   grants.push({
     name: "write",

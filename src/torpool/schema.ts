@@ -66,6 +66,12 @@ export const PoolConfigSchema = v.strictObject({
   /** Remove one when fewer than this fraction were busy for `scale_cooldown_ms`. */
   scale_down_threshold: v.optional(Fraction, 0.2),
   scale_cooldown_ms: v.optional(wholeNumber(0, 86_400_000), 300_000),
+  /**
+   * Onion client authorization: a folder of `<onion address>.key` files, each holding that onion
+   * service's base32 x25519 private key (mode 0600), written into every instance's
+   * `ClientOnionAuthDir`. Kept beside the pool, never in the runtime folder a hub serves to edges.
+   */
+  client_auth_dir: v.optional(Text),
 });
 
 /** The pool config as validated (defaults applied, paths as written). */

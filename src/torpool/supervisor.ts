@@ -11,7 +11,7 @@
  * @module
  */
 import { describeError } from "../request/errors.ts";
-import { type ClientAuthEntry, ClientAuthKeys } from "./client_auth.ts";
+import { type ClientAuthEntry, ClientAuthKeys, readClientAuthDir } from "./client_auth.ts";
 import type { PoolConfig } from "./config.ts";
 import { type Timings, timingsOf, TorInstance } from "./instance.ts";
 import { Lifecycle } from "./lifecycle.ts";
@@ -162,6 +162,12 @@ export class TorPool {
     this.#log(
       `client auth: ${this.#clientAuth.size} onion key(s) in ${instances.length} instance(s)`,
     );
+  }
+
+  /** Reads `client_auth_dir` (when configured) and installs its keys (see {@link setClientAuth}). */
+  async loadClientAuth(): Promise<void> {
+    if (this.config.clientAuthDir === undefined) return;
+    await this.setClientAuth(await readClientAuthDir(this.config.clientAuthDir));
   }
 
   /** Kills every instance and stops every timer; resolves when all processes have exited. */
