@@ -1,8 +1,9 @@
 /**
- * What the `socks5_tls` transport costs: the same edge config, once dialling microsocks directly
- * (`egress.socks`) and once through the hub's relay (`egress.transport: socks5_tls`: mutual TLS to
- * the hub, which pipes the stream to the same microsocks), both to the same nginx upstream, in the
- * same run, interleaved. Prints, per body size (64 B with wrk -t2 -c64, 1 MiB with -c16), rps or
+ * What the hub transports cost: the same edge config, once dialling microsocks directly
+ * (`egress.socks`), once through the hub's relay (`egress.transport: socks5_tls`: mutual TLS to
+ * the hub, which pipes the stream to the same microsocks) and once through the hub's tunnel
+ * (`https_tunnel`: a WebSocket per connection over mutual TLS, the same microsocks behind it), all
+ * to the same nginx upstream, in the same run, interleaved. Prints, per body size (64 B with wrk -t2 -c64, 1 MiB with -c16), rps or
  * MB/s, p50, p99, the ratio to direct, and CPU per request of the edge and of the hub; then the
  * latency the transport adds: the median of the per-run p50 differences, and p50 over one
  * connection (`wrk -t1 -c1`), where queueing does not hide the per-request cost. Isolation is off
@@ -39,6 +40,7 @@ const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
 const HEADERS = ["Host: bench.test"];
 const DIRECT = "edge → microsocks (egress.socks)";
 const RELAYED = "edge → socks5_tls → hub → microsocks";
+const TUNNELLED = "edge → https_tunnel → hub → microsocks";
 
 /** How wrk loads a case: its path, threads and connections. */
 interface Load {
@@ -82,7 +84,13 @@ async function main() {
   const pki = await TestPki.create();
   const children: Deno.ChildProcess[] = [];
   try {
-    const ports = { nginx: freePort(), socks: freePort(), relay: freePort(), api: freePort() };
+    const ports = {
+      nginx: freePort(),
+      socks: freePort(),
+      relay: freePort(),
+      tunnel: freePort(),
+      api: freePort(),
+    };
     children.push(...await startUpstream(dir, ports));
     const caFile = `${pki.dir}/ca.crt`;
     await Deno.writeTextFile(caFile, pki.ca.certPem);
@@ -111,9 +119,11 @@ async function main() {
       key_file: edgeCert.keyFile,
       ca_file: caFile,
     };
+    const tunnel = { ...transport, kind: "https_tunnel", hub: `127.0.0.1:${ports.tunnel}` };
     const cases: Case[] = [
       { name: DIRECT, ...await startEdge("direct", { socks }) },
       { name: RELAYED, hub: hub.pid, ...await startEdge("relayed", { transport }) },
+      { name: TUNNELLED, hub: hub.pid, ...await startEdge("tunnelled", { transport: tunnel }) },
     ];
     const small = await measure(cases, { path: "/small", threads: 2, connections: 64 });
     table("64 B responses", cases, small, "rps");
@@ -153,10 +163,16 @@ async function startUpstream(
   }
 }
 
-/** Writes the hub config (relay + a pool of one: microsocks), derives its flags and boots it. */
+/**
+ * Writes the hub config (relay, tunnel, a pool of one: microsocks), derives its flags and boots it.
+ */
 async function startHub(
   dir: string,
-  given: { pki: TestPki; caFile: string; ports: { socks: number; relay: number; api: number } },
+  given: {
+    pki: TestPki;
+    caFile: string;
+    ports: { socks: number; relay: number; tunnel: number; api: number };
+  },
 ): Promise<Deno.ChildProcess> {
   const { pki, caFile, ports } = given;
   const server = await pki.issue("hub.test", { altNames: ["127.0.0.1"] });
@@ -174,6 +190,12 @@ async function startHub(
       transport: {
         socks5_tls: {
           listen: { hostname: "127.0.0.1", port: ports.relay },
+          cert_file: server.certFile,
+          key_file: server.keyFile,
+          client_ca_file: caFile,
+        },
+        https_tunnel: {
+          listen: { hostname: "127.0.0.1", port: ports.tunnel },
           cert_file: server.certFile,
           key_file: server.keyFile,
           client_ca_file: caFile,
@@ -309,22 +331,25 @@ function table(title: string, cases: readonly Case[], runs: Map<string, Run[]>, 
   }
 }
 
-/** The p50 the transport adds: per run (the pairs ran back to back), and their median. */
+/** The p50 each transport adds: per run (the cases ran back to back), and their median. */
 function addedLatency(sets: readonly [string, Map<string, Run[]>][]) {
-  console.log("\nAdded latency per request (relayed p50 − direct p50, paired by run)\n");
-  row(["load", "per run ms", "median ms", "direct p50 ms", "relayed p50 ms"]);
-  row(Array(5).fill("---"));
+  console.log("\nAdded latency per request (transport p50 − direct p50, paired by run)\n");
+  row(["load", "transport", "per run ms", "median ms", "direct p50 ms", "transport p50 ms"]);
+  row(Array(6).fill("---"));
   for (const [label, runs] of sets) {
     const direct = runs.get(DIRECT)!;
-    const relayed = runs.get(RELAYED)!;
-    const added = relayed.map((r, i) => r.p50 - direct[i].p50);
-    row([
-      label,
-      added.map((ms) => ms.toFixed(3)).join(", "),
-      median(added).toFixed(3),
-      median(direct.map((r) => r.p50)).toFixed(3),
-      median(relayed.map((r) => r.p50)).toFixed(3),
-    ]);
+    for (const [name, via] of [["socks5_tls", RELAYED], ["https_tunnel", TUNNELLED]]) {
+      const through = runs.get(via)!;
+      const added = through.map((r, i) => r.p50 - direct[i].p50);
+      row([
+        label,
+        name,
+        added.map((ms) => ms.toFixed(3)).join(", "),
+        median(added).toFixed(3),
+        median(direct.map((r) => r.p50)).toFixed(3),
+        median(through.map((r) => r.p50)).toFixed(3),
+      ]);
+    }
   }
 }
 

@@ -59,13 +59,13 @@ export function requiredGrants(
   for (const [purpose, address] of companions) {
     grants.push({ name: "net", value: formatAddress(address), purpose });
   }
+  const transport = config.egress.transport;
   for (const socks of config.egress.socks) {
     const address = formatAddress({ kind: "tcp", hostname: socks.hostname, port: socks.port });
-    const purpose = "pool_port" in socks ? "hub socks5_tls relay" : "SOCKS instance";
+    const purpose = "pool_port" in socks ? `hub ${transport?.kind} endpoint` : "SOCKS instance";
     grants.push({ name: "net", value: address, purpose });
   }
-  const transport = config.egress.transport;
-  if (transport?.kind === "socks5_tls") {
+  if (transport?.kind === "socks5_tls" || transport?.kind === "https_tunnel") {
     // The client certificate, its key and the hub's CA: read once when the egress starts.
     for (const file of [transport.cert_file, transport.key_file, transport.ca_file]) {
       grants.push({ name: "read", value: file, purpose: "hub transport credentials" });

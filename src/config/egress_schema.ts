@@ -4,10 +4,11 @@
  * timeouts, breaker, negative cache and retry numbers of the proxy dataplane.
  *
  * With `transport`, the SOCKS instances are the hub's pool ports: `socks5_tls` dials the hub's
- * relay in mutual TLS and names the port by ALPN; `wireguard` dials `hub:<port>` in plain TCP over
- * the operator's tunnel. `load.ts` turns either into the instance list the egress uses
+ * relay in mutual TLS and names the port by ALPN; `https_tunnel` opens a WebSocket to the hub's
+ * mutual-TLS endpoint per connection and names the port in its first message; `wireguard` dials
+ * `hub:<port>` in plain TCP over the operator's tunnel. `load.ts` turns either into the instance list the egress uses
  * ({@link EgressConfig}), each entry the address the edge connects to — so `--allow-net` holds the
- * hub's address, never a pool port of it (`socks5_tls`).
+ * hub's address, never a pool port of it (`socks5_tls`, `https_tunnel`).
  *
  * @module
  */
@@ -37,9 +38,8 @@ const PoolPorts = v.pipe(
   v.check((ports) => new Set(ports).size === ports.length, "Each pool port may appear once"),
 );
 
-/** SOCKS5 inside mutual TLS to the hub's relay (`transport.socks5_tls` of the hub config). */
-const Socks5TlsTransport = v.strictObject({
-  kind: v.literal("socks5_tls"),
+/** The fields `socks5_tls` and `https_tunnel` share: the hub's address, the ports, the files. */
+const hubTlsFields = {
   /** The relay's `host:port`: the one address `--allow-net` grants for egress. */
   hub: v.pipe(
     HostPort,
@@ -64,7 +64,16 @@ const Socks5TlsTransport = v.strictObject({
       ),
     ),
   ),
-});
+};
+
+/** SOCKS5 inside mutual TLS to the hub's relay (`transport.socks5_tls` of the hub config). */
+const Socks5TlsTransport = v.strictObject({ kind: v.literal("socks5_tls"), ...hubTlsFields });
+
+/**
+ * A WebSocket per SOCKS connection to the hub's mutual-TLS endpoint (`transport.https_tunnel` of
+ * the hub config), its first message naming the pool port.
+ */
+const HttpsTunnelTransport = v.strictObject({ kind: v.literal("https_tunnel"), ...hubTlsFields });
 
 /** Plain TCP to the hub's private address over the operator's WireGuard tunnel. */
 const WireguardTransport = v.strictObject({
@@ -92,8 +101,8 @@ export const EgressSchema = v.optional(
     transport: v.optional(
       v.variant(
         "kind",
-        [Socks5TlsTransport, WireguardTransport],
-        'Expected kind "socks5_tls" or "wireguard"',
+        [Socks5TlsTransport, HttpsTunnelTransport, WireguardTransport],
+        'Expected kind "socks5_tls", "https_tunnel" or "wireguard"',
       ),
     ),
     /**
@@ -155,12 +164,12 @@ export const EgressSchema = v.optional(
 /** The egress section as validated, as written. */
 export type EgressInput = v.InferOutput<typeof EgressSchema>;
 
-/** The transport as written (`socks5_tls` paths resolved by `load.ts`). */
+/** The transport as written (`socks5_tls` and `https_tunnel` paths resolved by `load.ts`). */
 export type EgressTransport = NonNullable<EgressInput["transport"]>;
 
 /**
  * One SOCKS instance of the edge: the address it connects to and, through the hub's relay
- * (`socks5_tls`), the pool port behind that address.
+ * (`socks5_tls`) or tunnel (`https_tunnel`), the pool port behind that address.
  */
 export interface SocksEntry {
   readonly hostname: string;

@@ -200,10 +200,11 @@ function observeOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["observe"
 
 /**
  * The egress section as the edge uses it: with a transport, `egress.socks` must be empty and the
- * instances are the hub's pool ports — for `socks5_tls` each one dials the hub's relay (entry
- * address: the hub; `pool_port`: the port named by ALPN), for `wireguard` the hub's private
- * address and the port — and the transport's files are resolved. `isolate_tenants` stays as
- * written: its default depends on the transport, so it is read through `isolatesTenants`.
+ * instances are the hub's pool ports — for `socks5_tls` and `https_tunnel` each one dials the
+ * hub (entry address: the hub; `pool_port`: the port named by ALPN or by the tunnel's dial op),
+ * for `wireguard` the hub's private address and the port — and the transport's files are
+ * resolved. `isolate_tenants` stays as written: its default depends on the transport, so it is
+ * read through `isolatesTenants`.
  *
  * @throws {ConfigError} when both `egress.socks` and `egress.transport` are set
  */

@@ -40,12 +40,16 @@ export function egressSettings(config: EgressConfig): EgressSettings {
   };
 }
 
-/** The `socks5_tls` transport's settings (paths already resolved by the loader), if it is set. */
+/**
+ * The `socks5_tls` or `https_tunnel` transport's settings (paths already resolved by the loader),
+ * if one is set.
+ */
 function transportSettings(config: EgressConfig): TlsTransportSettings | undefined {
   const transport = config.transport;
-  if (transport?.kind !== "socks5_tls") return undefined;
+  if (transport === undefined || transport.kind === "wireguard") return undefined;
   const hub = splitTarget(transport.hub)!;
   return {
+    kind: transport.kind,
     hostname: hub.host,
     port: hub.port,
     serverName: transport.server_name,

@@ -1,10 +1,10 @@
 /**
  * The SOCKS instances of one edge as ways out: for each, where it is, how it is dialled (plain TCP,
- * or TLS to the hub's relay naming a pool port — `transport.ts`), its label, and its agents. Without
- * tenant isolation an instance has one agent; with it, one per tenant, made when the tenant's first
- * request goes out, each authenticating with that tenant's credentials (`isolation.ts`) — node's
- * keep-alive pool is per agent, so a connection made for one tenant never carries another's
- * request. The pool, breakers and scorer (`pool.ts`) see instances by index, whatever the agents.
+ * TLS to the hub's relay naming a pool port, or a WebSocket to the hub's tunnel — `transport.ts`),
+ * its label, and its agents. Without tenant isolation an instance has one agent; with it, one
+ * per tenant, made when the tenant's first request goes out, each authenticating with that
+ * tenant's credentials (`isolation.ts`) — node's keep-alive pool is per agent, so a connection
+ * made for one tenant never carries another's request. The pool, breakers and scorer (`pool.ts`) see instances by index, whatever the agents.
  *
  * @module
  */
@@ -29,7 +29,7 @@ export interface SocksEntry {
 
 /** How the instances are reached and whether tenants are kept apart. */
 export interface SocksWaysOptions {
-  /** The `socks5_tls` transport; entries with a `poolPort` are dialled through it. */
+  /** The `socks5_tls` or `https_tunnel` transport; entries with a `poolPort` are dialled through it. */
   readonly transport?: TlsTransportSettings;
   readonly isolateTenants: boolean;
 }
@@ -66,7 +66,7 @@ export class SocksWays {
     this.#settings = settings;
     const needsTls = entries.some((entry) => entry.poolPort !== undefined);
     if (needsTls && !options.transport) {
-      throw new TypeError("SOCKS entries name pool ports, but no socks5_tls transport is set");
+      throw new TypeError("SOCKS entries name pool ports, but no hub transport is set");
     }
     const transport = needsTls ? new TlsTransport(options.transport!) : undefined;
     this.#dials = entries.map((entry) =>

@@ -3,8 +3,10 @@
  * instance's address for a local SOCKS server (and for `egress.transport.kind: wireguard`, whose
  * tunnel is the operator's: the edge dials the hub's private address and a pool port in plain
  * TCP); for `socks5_tls`, a mutual-TLS connection to the hub's relay that names the pool port by
- * ALPN (`portcullis-socks/<port>`, the relay's side is `hub/socks_relay.ts`). The SOCKS5 bytes
- * inside are the same either way, so the handshake code (`socks5.ts`) does not know which ran.
+ * ALPN (`portcullis-socks/<port>`, the relay's side is `hub/socks_relay.ts`); for `https_tunnel`,
+ * a WebSocket over mutual TLS to the hub's endpoint that names the pool port in its first message
+ * (`tunnel_dial.ts`, the hub's side is `hub/https_tunnel.ts`). The SOCKS5 bytes inside are the same
+ * every way, so the handshake code (`socks5.ts`) does not know which ran.
  *
  * The TLS credentials are read once, synchronously, when the egress is made at boot: a file that
  * cannot be read fails the boot (not the first request), and every later dial reuses one secure
@@ -15,6 +17,7 @@
  */
 import net, { type Socket } from "node:net";
 import tls from "node:tls";
+import { tunnelDial } from "./tunnel_dial.ts";
 
 /** A connection being made to a SOCKS instance, and the event that says it can carry SOCKS. */
 export interface Dialled {
@@ -45,9 +48,11 @@ export function tcpDial(address: { hostname: string; port: number }): SocksDial 
   };
 }
 
-/** The `socks5_tls` transport's settings, paths resolved. */
+/** The `socks5_tls` or `https_tunnel` transport's settings, paths resolved. */
 export interface TlsTransportSettings {
-  /** The hub relay's address. */
+  /** SOCKS5 in TLS with the port named by ALPN (the default), or a WebSocket per connection. */
+  readonly kind?: "socks5_tls" | "https_tunnel";
+  /** The hub relay's (or tunnel endpoint's) address. */
   readonly hostname: string;
   readonly port: number;
   /** The name the hub's certificate must carry, and the SNI sent (default: `hostname`). */
@@ -61,7 +66,7 @@ export interface TlsTransportSettings {
 /** The most bytes a certificate, key or CA file may have. */
 const MAX_PEM_BYTES = 1 << 20;
 
-/** The `socks5_tls` transport: one secure context, and a dial per pool port. */
+/** The `socks5_tls` and `https_tunnel` transports: one secure context, and a dial per pool port. */
 export class TlsTransport {
   readonly settings: TlsTransportSettings;
   readonly #context: tls.SecureContext;
@@ -88,7 +93,8 @@ export class TlsTransport {
   /**
    * The dial for one pool port: TLS to the hub with the client certificate, offering exactly
    * `portcullis-socks/<port>`. A hub that selects no protocol, or another, is not that instance:
-   * the connection is destroyed before any SOCKS byte is sent.
+   * the connection is destroyed before any SOCKS byte is sent. With `https_tunnel`, a WebSocket
+   * to the hub's endpoint whose dial op names the port (`tunnel_dial.ts`).
    */
   dial(poolPort: number): SocksDial {
     const { hostname, port, serverName } = this.settings;
@@ -97,6 +103,9 @@ export class TlsTransport {
     // SNI carries names only; with an IP address and no server name, the certificate must name
     // the address.
     const servername = serverName ?? (net.isIP(hostname) ? undefined : hostname);
+    if (this.settings.kind === "https_tunnel") {
+      return tunnelDial({ hostname, port, servername, context, poolPort });
+    }
     return function dialHubTls(): Dialled {
       const socket = tls.connect({
         host: hostname,

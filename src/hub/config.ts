@@ -1,9 +1,9 @@
 /**
  * Loading a hub config: parse, validate, resolve paths against the file's folder, and check the
- * listener rules before anything binds — the API, health and SOCKS relay listeners pairwise
- * distinct, health on loopback, and exactly one way for nodes to authenticate (mutual TLS or token
+ * listener rules before anything binds — the API, health, SOCKS relay and HTTPS tunnel listeners
+ * pairwise distinct, health on loopback, and exactly one way for nodes to authenticate (mutual TLS or token
  * files) — and the pool's: one host (an edge names an instance by its port alone), each port once,
- * none of them a listener of the hub's own, and a pool for the relay to relay to.
+ * none of them a listener of the hub's own, and a pool for the relay and the tunnel to relay to.
  *
  * @module
  */
@@ -43,12 +43,9 @@ export interface HubConfig {
   };
   readonly health: readonly ListenerAddress[];
   /** The SOCKS5-in-mutual-TLS relay (`transport.socks5_tls`), paths resolved. */
-  readonly socks5Tls?: {
-    readonly listen: ListenerAddress;
-    readonly certFile: string;
-    readonly keyFile: string;
-    readonly clientCaFile: string;
-  };
+  readonly socks5Tls?: HubTlsListener;
+  /** The WebSocket tunnel endpoint (`transport.https_tunnel`), paths resolved. */
+  readonly httpsTunnel?: HubTlsListener;
   /** The static SOCKS pool: one host, its ports in the order written. */
   readonly pool?: { readonly hostname: string; readonly ports: readonly number[] };
   /** The embedded Tor pool's config file (`pool.torpool`), resolved; read by {@link loadHubConfig}. */
@@ -60,8 +57,19 @@ export interface HubConfig {
   readonly timeouts: { readonly headerMs: number; readonly idleMs: number };
 }
 
+/** A mutual-TLS listener of a transport: its address and TLS files. */
+export interface HubTlsListener {
+  readonly listen: ListenerAddress;
+  readonly certFile: string;
+  readonly keyFile: string;
+  readonly clientCaFile: string;
+}
+
 /** The listener kinds of a hub, as diagnostics name them. */
-export type HubListenerRole = "api" | "health" | "socks5_tls";
+export type HubListenerRole = "api" | "health" | "socks5_tls" | "https_tunnel";
+
+/** The transports' roles: each a listener at `transport.<role>`. */
+const TRANSPORTS = ["socks5_tls", "https_tunnel"] as const;
 
 /**
  * Validates and resolves a parsed hub config file, and reads the embedded Tor pool's `pool.yaml`
@@ -111,7 +119,15 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
   checkListeners(listeners, report);
   checkPool(raw, listeners, report);
   if (problems.length > 0) throw new ConfigError(problems);
-  const relay = raw.transport?.socks5_tls;
+  const tlsListener = (role: typeof TRANSPORTS[number]): HubTlsListener | undefined => {
+    const written = raw.transport?.[role];
+    return written && {
+      listen: addressesOf(listeners, role)[0],
+      certFile: resolve(written.cert_file),
+      keyFile: resolve(written.key_file),
+      clientCaFile: resolve(written.client_ca_file),
+    };
+  };
   return {
     file,
     nodeId: raw.node_id,
@@ -129,12 +145,8 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
       nodes: raw.api.nodes,
     },
     health: addressesOf(listeners, "health"),
-    socks5Tls: relay && {
-      listen: addressesOf(listeners, "socks5_tls")[0],
-      certFile: resolve(relay.cert_file),
-      keyFile: resolve(relay.key_file),
-      clientCaFile: resolve(relay.client_ca_file),
-    },
+    socks5Tls: tlsListener("socks5_tls"),
+    httpsTunnel: tlsListener("https_tunnel"),
     pool: raw.pool?.socks && {
       hostname: raw.pool.socks[0].hostname,
       ports: raw.pool.socks.map((instance) => instance.port),
@@ -180,30 +192,34 @@ function hubListeners(raw: HubConfigInput, resolve: (path: string) => string): H
     index,
     address: listenerAddress(listener, resolve),
   });
-  const relay = raw.transport?.socks5_tls;
   return [
     ...raw.api.listen.map(tagged("api")),
     ...(raw.health?.listen ?? []).map(tagged("health")),
-    ...(relay ? [tagged("socks5_tls")(relay.listen, 0)] : []),
+    ...TRANSPORTS.flatMap((role) => {
+      const written = raw.transport?.[role];
+      return written ? [tagged(role)(written.listen, 0)] : [];
+    }),
   ];
 }
 
 /** Where a hub listener was written, as a field path. */
 function listenerPath(listener: HubListener): (string | number)[] {
-  return listener.role === "socks5_tls"
-    ? ["transport", "socks5_tls", "listen"]
+  return listener.role === "socks5_tls" || listener.role === "https_tunnel"
+    ? ["transport", listener.role, "listen"]
     : [listener.role, "listen", listener.index];
 }
 
 /**
- * The pool's rules: the relay has a pool; every instance on the first one's host, each port once;
- * no instance is one of the hub's own listeners (the relay would dial itself).
+ * The pool's rules: the relay and the tunnel have a pool; every instance on the first one's host,
+ * each port once; no instance is one of the hub's own listeners (the relay would dial itself).
  */
 function checkPool(raw: HubConfigInput, listeners: readonly HubListener[], report: Report): void {
-  if (raw.transport?.socks5_tls && !raw.pool) {
+  for (const role of TRANSPORTS) {
+    if (!raw.transport?.[role] || raw.pool) continue;
+    const what = role === "socks5_tls" ? "relay" : "tunnel";
     report(
-      ["transport", "socks5_tls"],
-      "The relay needs a pool to relay to: set pool.socks or pool.torpool",
+      ["transport", role],
+      `The ${what} needs a pool to relay to: set pool.socks or pool.torpool`,
     );
   }
   const socks = raw.pool?.socks ?? [];
@@ -262,17 +278,23 @@ function addressesOf(listeners: readonly HubListener[], role: HubListenerRole): 
 
 /**
  * Every permission a hub needs: net for its listeners, read for its config, runtime folder and
- * credentials; with the SOCKS relay, read for its credentials and net for each pool instance (the
- * only outbound net); with an embedded Tor pool, the pool's own set (run for its Tor binary only,
+ * credentials; with the SOCKS relay or the HTTPS tunnel, read for its credentials and net for each
+ * pool instance (the only outbound net); with an embedded Tor pool, the pool's own set (run for its Tor binary only,
  * its ports, its folders). No env, and no run or write without the pool.
  */
 export function hubGrants(config: HubConfig): Grant[] {
   const grants: Grant[] = [];
-  const relay = config.socks5Tls;
+  const transports = TRANSPORTS.flatMap((role) => {
+    const listener = role === "socks5_tls" ? config.socks5Tls : config.httpsTunnel;
+    return listener ? [{ role, listener }] : [];
+  });
   const listeners: [string, ListenerAddress][] = [
     ...config.api.listen.map((a): [string, ListenerAddress] => ["hub api listener", a]),
     ...config.health.map((a): [string, ListenerAddress] => ["hub health listener", a]),
-    ...(relay ? [["hub socks5_tls listener", relay.listen] as [string, ListenerAddress]] : []),
+    ...transports.map(({ role, listener }): [string, ListenerAddress] => [
+      `hub ${role} listener`,
+      listener.listen,
+    ]),
   ];
   for (const [purpose, address] of listeners) {
     grants.push({ name: "net", value: formatAddress(address), purpose });
@@ -290,10 +312,12 @@ export function hubGrants(config: HubConfig): Grant[] {
   if (config.api.tokensDir) {
     grants.push({ name: "read", value: config.api.tokensDir, purpose: "node tokens folder" });
   }
-  if (relay) {
-    for (const file of [relay.certFile, relay.keyFile, relay.clientCaFile]) {
-      grants.push({ name: "read", value: file, purpose: "hub socks5_tls TLS files" });
+  for (const { role, listener } of transports) {
+    for (const file of [listener.certFile, listener.keyFile, listener.clientCaFile]) {
+      grants.push({ name: "read", value: file, purpose: `hub ${role} TLS files` });
     }
+  }
+  if (transports.length > 0) {
     for (const port of config.pool?.ports ?? []) {
       const value = formatAddress({ kind: "tcp", hostname: config.pool!.hostname, port });
       grants.push({ name: "net", value, purpose: "pool SOCKS instance" });

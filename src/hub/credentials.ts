@@ -1,7 +1,7 @@
 /**
  * The hub's credentials, read at boot: the api listener's (its TLS certificate, key and client CA
- * with certificate authentication, or a token book over `api.tokens_dir`) and the SOCKS relay's
- * (`transport.socks5_tls`). Every file is read rooted in its own folder (config/rooted_read.ts), a
+ * with certificate authentication, or a token book over `api.tokens_dir`), the SOCKS relay's
+ * (`transport.socks5_tls`) and the HTTPS tunnel's (`transport.https_tunnel`). Every file is read rooted in its own folder (config/rooted_read.ts), a
  * key as a secret; a file that cannot be read refuses the boot.
  *
  * @module
@@ -12,6 +12,7 @@ import { readNamedFile } from "../config/rooted_read.ts";
 import { describeIoError } from "../config/yaml_file.ts";
 import { certificateAuth, type NodeAuthenticator, tokenAuth } from "./auth.ts";
 import type { HubConfig } from "./config.ts";
+import { HttpsTunnel } from "./https_tunnel.ts";
 import { type PoolPorts, SocksRelay, staticPool } from "./socks_relay.ts";
 
 /** The api listener's credentials: TLS options and certificate auth, or token files. */
@@ -76,5 +77,47 @@ export async function makeRelay(
     });
   } catch (error) {
     throw new BootError([`Cannot read the hub's socks5_tls files: ${describeIoError(error)}`]);
+  }
+}
+
+/** The HTTPS tunnel endpoint: its upgrade handler, and its listener's TLS options. */
+export interface TunnelEndpoint {
+  readonly tunnel: HttpsTunnel;
+  readonly tls: https.ServerOptions;
+}
+
+/**
+ * The tunnel of `transport.https_tunnel` over `pool` (default: the config's static pool), its TLS
+ * files read; none when the transport is not configured. Nodes authenticate by certificate only.
+ *
+ * @throws {BootError} when a TLS file cannot be read
+ */
+export async function makeTunnel(
+  config: HubConfig,
+  pool: PoolPorts | undefined,
+  log: (line: string) => void,
+): Promise<TunnelEndpoint | undefined> {
+  const endpoint = config.httpsTunnel;
+  if (!endpoint) return undefined;
+  try {
+    const read = (file: string, field: string, secret = false) =>
+      readNamedFile(file, `transport.https_tunnel.${field}`, { maxBytes: 1 << 20, secret });
+    const tls: https.ServerOptions = {
+      cert: await read(endpoint.certFile, "cert_file"),
+      key: await read(endpoint.keyFile, "key_file", true),
+      ca: await read(endpoint.clientCaFile, "client_ca_file"),
+      requestCert: true,
+      rejectUnauthorized: true,
+      minVersion: "TLSv1.2",
+    };
+    const tunnel = new HttpsTunnel({
+      pool: pool ?? staticPool(config.pool!.hostname, config.pool!.ports),
+      nodes: config.api.nodes,
+      timeoutMs: config.timeouts.headerMs,
+      log,
+    });
+    return { tunnel, tls };
+  } catch (error) {
+    throw new BootError([`Cannot read the hub's https_tunnel files: ${describeIoError(error)}`]);
   }
 }

@@ -4,9 +4,11 @@
  * becomes a generation; an invalid change is rejected, recorded and shown to every edge, and the
  * last good generation keeps being served.
  *
- * Up to three kinds of listener, proven distinct after binding and armed only then: `api` (the
- * edges' stream, each node authenticated), `health` (loopback: status, nodes, reload) and
- * `socks5_tls` (the SOCKS relay to the hub's pool, `socks_relay.ts`). Each answers only its own.
+ * Up to four kinds of listener, proven distinct after binding and armed only then: `api` (the
+ * edges' stream, each node authenticated), `health` (loopback: status, nodes, reload),
+ * `socks5_tls` (the SOCKS relay to the hub's pool, `socks_relay.ts`) and `https_tunnel` (WebSocket
+ * streams to the pool, `https_tunnel.ts`, and the api's routes by client certificate). Each
+ * answers only its own.
  *
  * {@link startHub} reads top to bottom as the boot's steps; `credentials.ts` reads the TLS files,
  * `listeners.ts` makes, binds and arms the listeners, `routes.ts` answers their requests, and
@@ -31,7 +33,15 @@ import {
 } from "../live/runtime_watch.ts";
 import { BootError } from "../boot/boot_error.ts";
 import { buildRegistry } from "../proxy/tenants.ts";
-import { type ApiCredentials, makeRelay, readApiCredentials } from "./credentials.ts";
+import {
+  type ApiCredentials,
+  makeRelay,
+  makeTunnel,
+  readApiCredentials,
+  type TunnelEndpoint,
+} from "./credentials.ts";
+import { certificateAuth } from "./auth.ts";
+import { type HttpsTunnel, tunnelRoute } from "./https_tunnel.ts";
 import type { HubConfig, HubListenerRole } from "./config.ts";
 import { ConfigFeed, sameBytes } from "./feed.ts";
 import { HubListeners, type HubRoute, type ListenerSpec, TlsRefusals } from "./listeners.ts";
@@ -50,6 +60,8 @@ export interface Hub {
   readonly nodes: ReadonlyMap<string, NodeRecord>;
   /** The SOCKS relay, when `transport.socks5_tls` is configured. */
   readonly relay?: SocksRelay;
+  /** The HTTPS tunnel, when `transport.https_tunnel` is configured. */
+  readonly tunnel?: HttpsTunnel;
   /** The embedded Tor pool, when `pool.torpool` is configured. */
   readonly torpool?: TorPool;
   /** Reads the folder now. */
@@ -86,11 +98,13 @@ export async function startHub(
   });
   let credentials: ApiCredentials;
   let relay: SocksRelay | undefined;
+  let tunnel: TunnelEndpoint | undefined;
   let embedded: EmbeddedPool | undefined;
   try {
     credentials = await readApiCredentials(config, log);
     if (config.torpool && !options.pool) embedded = await startEmbeddedPool(config.torpool, log);
     relay = await makeRelay(config, options.pool ?? embedded?.ports, log);
+    tunnel = await makeTunnel(config, options.pool ?? embedded?.ports, log);
   } catch (error) {
     reloader.stop();
     await embedded?.close();
@@ -99,7 +113,7 @@ export async function startHub(
   const refusals = new TlsRefusals(log);
   const { authenticate, tls } = credentials;
   const routes = new HubRoutes({ config, store, feed, reloader, authenticate, refusals });
-  const listeners = new HubListeners(listenerSpecs(config, routes, tls, relay), {
+  const listeners = new HubListeners(listenerSpecs(config, routes, { tls, relay, tunnel }), {
     timeouts: config.timeouts,
     refusals,
   });
@@ -113,14 +127,24 @@ export async function startHub(
   }
   listeners.arm();
   for (const { role, address } of actual) {
-    const auth = (role === "api" && tls) || role === "socks5_tls"
+    const auth = (role === "api" && tls) || role === "socks5_tls" || role === "https_tunnel"
       ? " (mutual TLS)"
       : role === "api"
       ? " (tokens)"
       : "";
     log(`portcullis: hub ${role} listening on ${formatAddress(address)}${auth}`);
   }
-  return runningHub({ store, feed, reloader, routes, listeners, actual, relay, embedded });
+  return runningHub({
+    store,
+    feed,
+    reloader,
+    routes,
+    listeners,
+    actual,
+    relay,
+    tunnel: tunnel?.tunnel,
+    embedded,
+  });
 }
 
 /**
@@ -161,6 +185,9 @@ function ownListeners(config: HubConfig): OwnListener[] {
     ...(config.socks5Tls
       ? [{ address: config.socks5Tls.listen, name: "transport.socks5_tls.listen" }]
       : []),
+    ...(config.httpsTunnel
+      ? [{ address: config.httpsTunnel.listen, name: "transport.https_tunnel.listen" }]
+      : []),
   ].flatMap(({ address, name }) =>
     address.kind === "tcp" ? [{ hostname: address.hostname, port: address.port, name }] : []
   );
@@ -168,22 +195,40 @@ function ownListeners(config: HubConfig): OwnListener[] {
 
 /**
  * The listeners to make, in the order they bind: every api address (with TLS when set), every
- * health address, then the SOCKS relay's.
+ * health address, the SOCKS relay's, then the HTTPS tunnel's — whose ordinary requests are the
+ * api's routes, the node authenticated by its client certificate.
  */
 function listenerSpecs(
   config: HubConfig,
   routes: HubRoutes,
-  tls: https.ServerOptions | undefined,
-  relay: SocksRelay | undefined,
+  parts: {
+    readonly tls: https.ServerOptions | undefined;
+    readonly relay: SocksRelay | undefined;
+    readonly tunnel: TunnelEndpoint | undefined;
+  },
 ): ListenerSpec[] {
+  const { tls, relay, tunnel } = parts;
   const api: HubRoute = (request, response, id) => routes.api(request, response, id);
   const health: HubRoute = (request, response, id) => routes.health(request, response, id);
-  const socks5Tls = config.socks5Tls;
+  const byCertificate = certificateAuth();
+  const tunnelApi = tunnelRoute((request, response, id) =>
+    routes.api(request, response, id, byCertificate)
+  );
+  const { socks5Tls, httpsTunnel } = config;
   return [
     ...config.api.listen.map((address) => ({ role: "api" as const, address, route: api, tls })),
     ...config.health.map((address) => ({ role: "health" as const, address, route: health })),
     ...(relay && socks5Tls
       ? [{ role: "socks5_tls" as const, address: socks5Tls.listen, server: relay.server }]
+      : []),
+    ...(tunnel && httpsTunnel
+      ? [{
+        role: "https_tunnel" as const,
+        address: httpsTunnel.listen,
+        route: tunnelApi,
+        tls: tunnel.tls,
+        upgrade: tunnel.tunnel.upgrade.bind(tunnel.tunnel),
+      }]
       : []),
   ];
 }
@@ -200,9 +245,10 @@ function runningHub(parts: {
   readonly listeners: HubListeners;
   readonly actual: readonly { role: HubListenerRole; address: ListenerAddress }[];
   readonly relay?: SocksRelay;
+  readonly tunnel?: HttpsTunnel;
   readonly embedded?: EmbeddedPool;
 }): Hub {
-  const { store, feed, reloader, routes, listeners, actual, relay, embedded } = parts;
+  const { store, feed, reloader, routes, listeners, actual, relay, tunnel, embedded } = parts;
   let resolveFinished!: () => void;
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
   let closing: Promise<void> | undefined;
@@ -211,6 +257,7 @@ function runningHub(parts: {
     feed,
     nodes: routes.nodes,
     relay,
+    tunnel,
     torpool: embedded?.pool,
     listeners: actual.map(({ role, address }) => ({ role, address: formatAddress(address) })),
     reload: () => reloader.reload(),

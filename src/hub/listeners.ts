@@ -8,7 +8,9 @@
  */
 import http from "node:http";
 import https from "node:https";
+import type { Buffer } from "node:buffer";
 import type { AddressInfo, Server, Socket } from "node:net";
+import type { Duplex } from "node:stream";
 import { overlaps } from "../boot/distinct.ts";
 import { BootError } from "../boot/boot_error.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
@@ -26,13 +28,20 @@ export type HubRoute = (
   requestId: string,
 ) => Promise<Reply | undefined>;
 
-/** One listener to make: its role, where it binds, what answers it, and TLS for the api. */
+/** Takes over an `Upgrade` request's socket (the HTTPS tunnel's WebSocket streams). */
+export type HubUpgrade = (request: http.IncomingMessage, socket: Duplex, head: Buffer) => void;
+
+/**
+ * One listener to make: its role, where it binds, what answers it, TLS for the api and the tunnel,
+ * and what takes its upgrades (none: node's server does what it does without a listener).
+ */
 export type ListenerSpec =
   | {
     readonly role: HubListenerRole;
     readonly address: ListenerAddress;
     readonly route: HubRoute;
     readonly tls?: https.ServerOptions;
+    readonly upgrade?: HubUpgrade;
   }
   | {
     readonly role: HubListenerRole;
@@ -169,6 +178,7 @@ function makeServer(spec: ListenerSpec, timeouts: HubConfig["timeouts"]): BoundS
     });
   };
   const server = tls ? https.createServer(tls, onRequest) : http.createServer(onRequest);
+  if (spec.upgrade) server.on("upgrade", spec.upgrade);
   server.headersTimeout = timeouts.headerMs;
   server.requestTimeout = timeouts.headerMs;
   server.keepAliveTimeout = timeouts.idleMs;

@@ -1,5 +1,6 @@
 /**
- * What the hub's two listeners answer. `api` serves the edges' config stream: a poll passes route,
+ * What the hub's listeners answer. `api` serves the edges' config stream (and so does the
+ * `https_tunnel` endpoint, authenticating by client certificate whatever `api` uses): a poll passes route,
  * method, node id, credential and allow-list in that order (a node id that is no file name is
  * refused before any credential is looked at), is recorded as a node, then held until the set
  * changes, the hold ends, the client goes or the hub stops. `health` (loopback) serves status,
@@ -72,15 +73,20 @@ export class HubRoutes {
     };
   }
 
-  /** The api listener: `/healthz`, and the config stream for an authenticated, allowed node. */
+  /**
+   * The api listener: `/healthz`, and the config stream for an authenticated, allowed node.
+   *
+   * @param authenticate how the node proves who it is (default: the api's way)
+   */
   async api(
     request: IncomingMessage,
     response: ServerResponse,
     requestId: string,
+    authenticate: NodeAuthenticator = this.#options.authenticate,
   ): Promise<Reply | undefined> {
     const url = new URL(request.url ?? "/", "http://hub");
     if (url.pathname === "/healthz" && isRead(request)) return jsonReply({ status: "ok" });
-    const refusal = await this.#refusePoll(request, url);
+    const refusal = await this.#refusePoll(request, url, authenticate);
     if (refusal) return failureReply(refusal, requestId);
     return await this.#answerPoll(url, response);
   }
@@ -106,12 +112,16 @@ export class HubRoutes {
   }
 
   /** Why a stream poll is refused (route, method, node id, credential, allow-list), if it is. */
-  async #refusePoll(request: IncomingMessage, url: URL): Promise<FailureKind | undefined> {
+  async #refusePoll(
+    request: IncomingMessage,
+    url: URL,
+    authenticate: NodeAuthenticator,
+  ): Promise<FailureKind | undefined> {
     if (url.pathname !== "/v1/config/stream") return "route_not_allowed";
     if (!isRead(request)) return "method_not_allowed";
     const nodeId = url.searchParams.get("node_id") ?? "";
     if (!NODE_ID.test(nodeId)) return "bad_node_id";
-    const auth = await this.#options.authenticate(request, nodeId);
+    const auth = await authenticate(request, nodeId);
     if (!auth.ok) return auth.kind;
     const allowed = this.#options.config.api.nodes;
     if (allowed && !allowed.includes(nodeId)) return "node_not_allowed";

@@ -47,6 +47,18 @@ const Socks5Tls = v.strictObject({
 });
 
 /**
+ * One mutual-TLS HTTPS endpoint: edges open a WebSocket per SOCKS connection on `/v1/tunnel` and
+ * name a pool port in its first message; ordinary requests are the api's (the config stream).
+ */
+const HttpsTunnel = v.strictObject({
+  listen: v.strictObject({ hostname: IpLiteral, port: Port }),
+  cert_file: Text,
+  key_file: Text,
+  /** Client certificates must chain to this CA; their one CN is the node id (`api.nodes` applies). */
+  client_ca_file: Text,
+});
+
+/**
  * The hub's SOCKS pool: a static list of instances (`socks`), or an embedded Tor pool (`torpool`:
  * the path of its `pool.yaml`, `role: torpool`), supervised inside the hub. Exactly one of them.
  */
@@ -82,7 +94,12 @@ export const HubConfigSchema = v.strictObject({
   /** Local operations (`/healthz`, `/v1/config`, `/v1/nodes`, reload): loopback only. */
   health: v.optional(v.strictObject({ listen: Listeners })),
   /** How edges reach the pool (remote mode's egress). */
-  transport: v.optional(v.strictObject({ socks5_tls: v.optional(Socks5Tls) })),
+  transport: v.optional(
+    v.strictObject({
+      socks5_tls: v.optional(Socks5Tls),
+      https_tunnel: v.optional(HttpsTunnel),
+    }),
+  ),
   pool: v.optional(Pool),
   stream: v.optional(
     v.strictObject({
