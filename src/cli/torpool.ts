@@ -10,9 +10,8 @@ import { auditPermissions, type PermissionQuery } from "../boot/audit.ts";
 import { CODE_GRANTS, formatFlags, type Grant } from "../boot/flags.ts";
 import { ConfigError } from "../config/problems.ts";
 import { readYaml } from "../config/yaml_file.ts";
-import { type PoolApi, serveApi } from "../torpool/api.ts";
 import { type PoolConfig, poolGrants, resolvePoolConfig } from "../torpool/config.ts";
-import { TorPool } from "../torpool/supervisor.ts";
+import { type RunningPool, runPool } from "../torpool/running.ts";
 
 /** Every grant the pool role needs, as the boot checks take them. */
 export function torpoolGrants(config: PoolConfig): Grant[] {
@@ -71,13 +70,10 @@ export async function runTorpoolVerb(
 
 /** Starts the pool and its API; stops both on SIGINT or SIGTERM. */
 async function serve(config: PoolConfig): Promise<number> {
-  const pool = TorPool.start(config);
-  let api: PoolApi;
+  let running: RunningPool;
   try {
-    await pool.loadClientAuth();
-    api = await serveApi(pool, config.apiSocket);
+    running = await runPool(config);
   } catch (error) {
-    await pool.stop();
     console.error(`portcullis: ${(error as Error).message}`);
     return 1;
   }
@@ -91,8 +87,7 @@ async function serve(config: PoolConfig): Promise<number> {
   );
   const signal = await stopped;
   console.error(`portcullis: torpool: ${signal}: stopping every instance`);
-  await api.close();
-  await pool.stop();
+  await running.close();
   for (const [name, handler] of handlers) Deno.removeSignalListener(name, handler);
   console.error("portcullis: torpool stopped");
   return 0;

@@ -8,8 +8,8 @@
  * @module
  */
 import type { PoolConfig } from "../torpool/config.ts";
-import { type PoolApi, serveApi } from "../torpool/api.ts";
-import { TorPool } from "../torpool/supervisor.ts";
+import { runPool } from "../torpool/running.ts";
+import type { TorPool } from "../torpool/supervisor.ts";
 import type { PoolPorts } from "./socks_relay.ts";
 
 /** A running embedded pool: what the relay serves, and how to stop it. */
@@ -24,15 +24,10 @@ export async function startEmbeddedPool(
   config: PoolConfig,
   log: (line: string) => void,
 ): Promise<EmbeddedPool> {
-  const pool = TorPool.start(config, { log: (line) => log(`portcullis: hub torpool: ${line}`) });
-  let api: PoolApi;
-  try {
-    await pool.loadClientAuth();
-    api = await serveApi(pool, config.apiSocket);
-  } catch (error) {
-    await pool.stop();
-    throw error;
-  }
+  const running = await runPool(config, {
+    log: (line) => log(`portcullis: hub torpool: ${line}`),
+  });
+  const pool = running.pool;
   return {
     pool,
     ports: {
@@ -40,9 +35,6 @@ export async function startEmbeddedPool(
       ports: () => pool.backends().map((backend) => backend.port),
       report: (port, load) => void pool.report(port, load),
     },
-    async close() {
-      await api.close();
-      await pool.stop();
-    },
+    close: () => running.close(),
   };
 }

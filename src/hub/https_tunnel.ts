@@ -23,7 +23,7 @@
  */
 import type { Buffer } from "node:buffer";
 import type { IncomingMessage } from "node:http";
-import net from "node:net";
+import type net from "node:net";
 import type { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import { TUNNEL_PATH } from "../egress/tunnel_dial.ts";
@@ -35,6 +35,7 @@ import { renderHead, writeRawReply } from "../server/raw_reply.ts";
 import { certificateNode, NODE_ID } from "./auth.ts";
 import type { HubRoute } from "./listeners.ts";
 import type { PoolPorts } from "./socks_relay.ts";
+import { pipeToPool } from "./pool_pipe.ts";
 
 export { TUNNEL_PATH } from "../egress/tunnel_dial.ts";
 
@@ -170,35 +171,15 @@ export class HttpsTunnel {
   /** Pipes the stream to the pool instance and back, counting it while it lasts. */
   #relay(client: WebSocketStream, port: number): void {
     const { pool, timeoutMs } = this.#options;
-    const upstream = net.connect({ host: pool.hostname, port });
-    client.setNoDelay(true);
-    upstream.setNoDelay(true);
-    const timer = setTimeout(function onConnectTimeout() {
-      upstream.destroy(new Error(`No connect within ${timeoutMs} ms`));
-    }, timeoutMs);
-    let connected = false;
-    upstream.once("connect", () => {
-      connected = true;
-      this.#relayed++;
-      clearTimeout(timer);
+    pipeToPool(client, { host: pool.hostname, port }, timeoutMs, {
+      connected: () => void this.#relayed++,
+      change: (delta) => this.#change(port, delta),
+      unreachable: (error) => {
+        // The close frame goes out before the connection ends (the edge then sees why).
+        client.refuse(1011, "The pool instance cannot be reached");
+        this.#count("upstream", `pool port ${port}: ${error.message}`);
+      },
     });
-    this.#change(port, +1);
-    let ended = false;
-    const end = (upstreamError?: Error) => {
-      if (ended) return;
-      ended = true;
-      clearTimeout(timer);
-      this.#change(port, -1);
-      upstream.destroy();
-      if (!upstreamError || connected) return void client.destroy();
-      // The close frame goes out before the connection ends (the edge then sees why).
-      client.refuse(1011, "The pool instance cannot be reached");
-      this.#count("upstream", `pool port ${port}: ${upstreamError.message}`);
-    };
-    client.on("close", () => end());
-    upstream.on("error", (error) => end(error)).on("close", () => end());
-    client.pipe(upstream);
-    upstream.pipe(client);
   }
 
   /** Why the certificate's node may not tunnel, if it may not. */

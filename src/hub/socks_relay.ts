@@ -23,9 +23,9 @@
  *
  * @module
  */
-import net from "node:net";
 import tls from "node:tls";
 import { certificateNode, NODE_ID } from "./auth.ts";
+import { pipeToPool } from "./pool_pipe.ts";
 
 /** The pool the relay serves: its host and current ports, and where load is reported. */
 export interface PoolPorts {
@@ -154,35 +154,13 @@ export class SocksRelay {
   /** Pipes the client's bytes to the pool instance and back, counting the stream while it lasts. */
   #relay(client: tls.TLSSocket, port: number): void {
     const { pool, timeoutMs } = this.#options;
-    const upstream = net.connect({ host: pool.hostname, port });
-    client.setNoDelay(true);
-    upstream.setNoDelay(true);
-    const timer = setTimeout(function onConnectTimeout() {
-      upstream.destroy(new Error(`No connect within ${timeoutMs} ms`));
-    }, timeoutMs);
-    let connected = false;
-    upstream.once("connect", () => {
-      connected = true;
-      this.#relayed++;
-      clearTimeout(timer);
+    pipeToPool(client, { host: pool.hostname, port }, timeoutMs, {
+      connected: () => void this.#relayed++,
+      change: (delta) => this.#count(port, delta),
+      unreachable: (error) => {
+        this.#refuse(client, "upstream", `pool port ${port}: ${error.message}`);
+      },
     });
-    this.#count(port, +1);
-    let ended = false;
-    const end = (upstreamError?: Error) => {
-      if (ended) return;
-      ended = true;
-      clearTimeout(timer);
-      this.#count(port, -1);
-      if (upstreamError && !connected) {
-        this.#refuse(client, "upstream", `pool port ${port}: ${upstreamError.message}`);
-      }
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on("error", () => end()).on("close", () => end());
-    upstream.on("error", (error) => end(error)).on("close", () => end());
-    client.pipe(upstream);
-    upstream.pipe(client);
   }
 
   #count(port: number, change: 1 | -1): void {
