@@ -12,7 +12,7 @@
  *
  * {@link startHub} reads top to bottom as the boot's steps; `credentials.ts` reads the TLS files,
  * `listeners.ts` makes, binds and arms the listeners, `routes.ts` answers their requests, and
- * `write_reply.ts` writes every answer — errors through the failure table the edge uses
+ * `src/request/write_reply.ts` writes every answer — errors through the failure table the edge uses
  * (`request/errors.ts`).
  *
  * @module

@@ -19,7 +19,7 @@ import type { Reply } from "../request/reply.ts";
 import { requestIdFor } from "../request/request_id.ts";
 import { bindServer } from "../server/bind.ts";
 import type { HubConfig, HubListenerRole } from "./config.ts";
-import { writeReply } from "./write_reply.ts";
+import { writeReply } from "../request/write_reply.ts";
 
 /** Answers one request: the reply to write, or none when the client has gone. */
 export type HubRoute = (

@@ -5,7 +5,7 @@
  * refused before any credential is looked at), is recorded as a node, then held until the set
  * changes, the hold ends, the client goes or the hub stops. `health` (loopback) serves status,
  * nodes and reload. Each answers only its own routes; every refusal is a kind from the shared
- * failure table, written by `write_reply.ts`.
+ * failure table, written by `src/request/write_reply.ts`.
  *
  * @module
  */

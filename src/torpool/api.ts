@@ -19,6 +19,7 @@ import * as v from "valibot";
 import { failureReply } from "../request/errors.ts";
 import { jsonReply, type Reply } from "../request/reply.ts";
 import { requestIdFor } from "../request/request_id.ts";
+import { writeReply } from "../request/write_reply.ts";
 import type { Backend, PoolHealth } from "./views.ts";
 
 /** What the API reads from and steers: a {@link TorPool} or a stand-in. */
@@ -48,8 +49,8 @@ export function apiHandler(
   return function poolApi(request, response) {
     const requestId = requestIdFor(request.headers["x-request-id"]);
     answer(pool, request, requestId).then(
-      (reply) => write(response, reply, requestId),
-      () => write(response, failureReply("internal_error", requestId), requestId),
+      (reply) => writeReply(response, reply, requestId),
+      () => writeReply(response, failureReply("internal_error", requestId), requestId),
     );
   };
 }
@@ -118,19 +119,6 @@ function concat(chunks: readonly Uint8Array[]): Uint8Array {
     at += chunk.length;
   }
   return out;
-}
-
-/** Writes a fixed-body reply with its request id and `no-store`. */
-function write(response: ServerResponse, reply: Reply, requestId: string): void {
-  const body = reply.body ?? "";
-  const length = typeof body === "string" ? new TextEncoder().encode(body).byteLength : body.length;
-  response.writeHead(reply.status, {
-    ...reply.headers,
-    "content-length": String(length),
-    "cache-control": "no-store",
-    "x-request-id": requestId,
-  });
-  response.end(body);
 }
 
 /** A served API: its socket, and how to close it. */

@@ -1,13 +1,13 @@
 /**
- * The hub's one writer: it answers on node:http (the edge writes with its own server), so a
- * {@link Reply} built by the shared failure table or {@link jsonReply} is put on the wire here.
- * Every hub answer is `no-store` (a config set or a node list is never to be cached on the way)
- * and carries its request id, as the edge's do.
+ * The writer of the operator-facing APIs that answer on plain node:http — the hub's and the Tor
+ * pool's (the edge's lanes write through their own server): a {@link Reply} built by the shared
+ * failure table or `jsonReply` is put on the wire here. Every such answer is `no-store` (a config
+ * set, a node list or a pool's state is never to be cached on the way) and carries its request id.
  *
  * @module
  */
 import type { ServerResponse } from "node:http";
-import type { Reply } from "../request/reply.ts";
+import type { Reply } from "./reply.ts";
 
 /**
  * Writes a fixed-body reply: its status and headers, then Content-Length, `Cache-Control: no-store`
