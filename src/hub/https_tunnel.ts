@@ -35,7 +35,7 @@ import { renderHead, writeRawReply } from "../server/raw_reply.ts";
 import { certificateNode, NODE_ID } from "./auth.ts";
 import type { HubRoute } from "./listeners.ts";
 import type { PoolPorts } from "./socks_relay.ts";
-import { pipeToPool } from "./pool_pipe.ts";
+import { pipeToPool, PortStreams } from "./pool_pipe.ts";
 
 export { TUNNEL_PATH } from "../egress/tunnel_dial.ts";
 
@@ -63,7 +63,7 @@ const LOG_INTERVAL_MS = 60_000;
 /** The tunnel endpoint's upgrade handler and its stream counts. */
 export class HttpsTunnel {
   readonly #options: HttpsTunnelOptions;
-  readonly #active = new Map<number, number>();
+  readonly #streams: PortStreams;
   readonly #refused = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<
     TunnelRefusal,
     number
@@ -72,16 +72,16 @@ export class HttpsTunnel {
     TunnelRefusal,
     number
   >;
-  #relayed = 0;
 
   /** @param options the pool, the node allowlist, the time bound, the log */
   constructor(options: HttpsTunnelOptions) {
     this.#options = options;
+    this.#streams = new PortStreams(options.pool);
   }
 
   /** Streams relayed to `port` right now. */
   active(port: number): number {
-    return this.#active.get(port) ?? 0;
+    return this.#streams.active(port);
   }
 
   /** Counts for status: streams per port now, streams relayed since start, refusals by reason. */
@@ -91,8 +91,7 @@ export class HttpsTunnel {
     refused: Record<TunnelRefusal, number>;
   } {
     return {
-      active: Object.fromEntries(this.#active),
-      relayed: this.#relayed,
+      ...this.#streams.counts(),
       refused: { ...this.#refused },
     };
   }
@@ -172,8 +171,7 @@ export class HttpsTunnel {
   #relay(client: WebSocketStream, port: number): void {
     const { pool, timeoutMs } = this.#options;
     pipeToPool(client, { host: pool.hostname, port }, timeoutMs, {
-      connected: () => void this.#relayed++,
-      change: (delta) => this.#change(port, delta),
+      ...this.#streams.hooks(port),
       unreachable: (error) => {
         // The close frame goes out before the connection ends (the edge then sees why).
         client.refuse(1011, "The pool instance cannot be reached");
@@ -192,13 +190,6 @@ export class HttpsTunnel {
       return { kind: "node_not_allowed", reason: "node" };
     }
     return undefined;
-  }
-
-  #change(port: number, change: 1 | -1): void {
-    const active = (this.#active.get(port) ?? 0) + change;
-    if (active === 0) this.#active.delete(port);
-    else this.#active.set(port, active);
-    this.#options.pool.report?.(port, { active });
   }
 
   /** Counts a refusal; logged at most once a minute per reason. */

@@ -9,6 +9,7 @@
  */
 import net from "node:net";
 import type { Duplex } from "node:stream";
+import type { PoolPorts } from "./socks_relay.ts";
 
 /** What a relayed stream tells its carrier. */
 export interface PipeHooks {
@@ -59,4 +60,41 @@ export function pipeToPool(
   upstream.on("error", (error) => end(error)).on("close", () => end());
   client.pipe(upstream);
   upstream.pipe(client);
+}
+
+/**
+ * The streams a carrier relays, per pool port: what it reports to the pool (its scaler reads it)
+ * and what its status shows.
+ */
+export class PortStreams {
+  readonly #pool: PoolPorts;
+  readonly #active = new Map<number, number>();
+  #relayed = 0;
+
+  constructor(pool: PoolPorts) {
+    this.#pool = pool;
+  }
+
+  /** Streams relayed to `port` right now. */
+  active(port: number): number {
+    return this.#active.get(port) ?? 0;
+  }
+
+  /** The hooks of one stream through `port` (for {@link pipeToPool}, minus `unreachable`). */
+  hooks(port: number): Omit<PipeHooks, "unreachable"> {
+    return {
+      connected: () => void this.#relayed++,
+      change: (delta) => {
+        const active = this.active(port) + delta;
+        if (active === 0) this.#active.delete(port);
+        else this.#active.set(port, active);
+        this.#pool.report?.(port, { active });
+      },
+    };
+  }
+
+  /** Streams per port now, and streams relayed since start (their pool connect succeeded). */
+  counts(): { active: Record<string, number>; relayed: number } {
+    return { active: Object.fromEntries(this.#active), relayed: this.#relayed };
+  }
 }

@@ -25,7 +25,7 @@
  */
 import tls from "node:tls";
 import { certificateNode, NODE_ID } from "./auth.ts";
-import { pipeToPool } from "./pool_pipe.ts";
+import { pipeToPool, PortStreams } from "./pool_pipe.ts";
 
 /** The pool the relay serves: its host and current ports, and where load is reported. */
 export interface PoolPorts {
@@ -86,18 +86,18 @@ const LOG_INTERVAL_MS = 60_000;
 export class SocksRelay {
   readonly server: tls.Server;
   readonly #options: SocksRelayOptions;
-  readonly #active = new Map<number, number>();
+  readonly #streams: PortStreams;
   readonly #refused: Record<RelayRefusal, number> = { alpn: 0, node: 0, upstream: 0 };
   readonly #loggedAt: Record<RelayRefusal, number> = {
     alpn: -Infinity,
     node: -Infinity,
     upstream: -Infinity,
   };
-  #relayed = 0;
 
   /** @param options the pool, the TLS credentials, the node allowlist, the time bound, the log */
   constructor(options: SocksRelayOptions) {
     this.#options = options;
+    this.#streams = new PortStreams(options.pool);
     const { pool, tls: credentials, timeoutMs } = options;
     this.server = tls.createServer({
       ...credentials,
@@ -117,7 +117,7 @@ export class SocksRelay {
 
   /** Streams relayed to `port` right now. */
   active(port: number): number {
-    return this.#active.get(port) ?? 0;
+    return this.#streams.active(port);
   }
 
   /**
@@ -130,8 +130,7 @@ export class SocksRelay {
     refused: Record<RelayRefusal, number>;
   } {
     return {
-      active: Object.fromEntries(this.#active),
-      relayed: this.#relayed,
+      ...this.#streams.counts(),
       refused: { ...this.#refused },
     };
   }
@@ -155,19 +154,11 @@ export class SocksRelay {
   #relay(client: tls.TLSSocket, port: number): void {
     const { pool, timeoutMs } = this.#options;
     pipeToPool(client, { host: pool.hostname, port }, timeoutMs, {
-      connected: () => void this.#relayed++,
-      change: (delta) => this.#count(port, delta),
+      ...this.#streams.hooks(port),
       unreachable: (error) => {
         this.#refuse(client, "upstream", `pool port ${port}: ${error.message}`);
       },
     });
-  }
-
-  #count(port: number, change: 1 | -1): void {
-    const active = (this.#active.get(port) ?? 0) + change;
-    if (active === 0) this.#active.delete(port);
-    else this.#active.set(port, active);
-    this.#options.pool.report?.(port, { active });
   }
 
   /** Closes a connection unrelayed; counted, and logged at most once a minute per reason. */
