@@ -71,6 +71,14 @@ export function requiredGrants(
       grants.push({ name: "read", value: file, purpose: "hub transport credentials" });
     }
   }
+  const torpool = config.egress.torpool;
+  if (torpool) {
+    // Reading the local Tor pool's view: Deno grants a Unix socket by net, read and write.
+    const socket = torpool.api_socket;
+    grants.push({ name: "net", value: `unix:${socket}`, purpose: "local Tor pool API" });
+    grants.push({ name: "read", value: socket, purpose: "local Tor pool API" });
+    grants.push({ name: "write", value: socket, purpose: "local Tor pool API" });
+  }
   for (const target of config.egress.direct) {
     grants.push({ name: "net", value: target, purpose: "direct upstream" });
   }

@@ -15,7 +15,7 @@
 import * as v from "valibot";
 import { parseCidr } from "../request/cidr.ts";
 import { splitTarget } from "../request/host.ts";
-import { IpLiteral, Port, Text, wholeNumber } from "./fields.ts";
+import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
 
 /** `host:port` as `--allow-net` spells it (IPv6 in brackets). */
 export const HostPort = v.pipe(
@@ -110,6 +110,22 @@ export const EgressSchema = v.optional(
      * with `transport`, off for local `socks`).
      */
     isolate_tenants: v.optional(v.boolean("Expected true or false")),
+    /**
+     * Local mode: a `portcullis torpool` on this machine (its API socket, an absolute path). The
+     * pool's view of its instances opens the breaker of an instance it does not list as live;
+     * `socks` lists the pool's SOCKS ports.
+     */
+    torpool: v.optional(
+      v.strictObject({
+        api_socket: v.pipe(
+          SocketPath,
+          v.check(
+            (path) => path.startsWith("/"),
+            "Expected an absolute path (Deno grants unix: sockets by absolute path)",
+          ),
+        ),
+      }),
+    ),
     direct: v.optional(v.array(HostPort, "Expected a list of host:port"), []),
     /**
      * Internal destinations (loopback, private, link-local, unique-local, …) tenants may reach:

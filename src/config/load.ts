@@ -210,6 +210,17 @@ function observeOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["observe"
  */
 function egressOf(raw: BootstrapConfig, resolve: Resolve, source: YamlFile): EgressConfig {
   const { socks, transport, ...rest } = raw.egress;
+  if (transport && rest.torpool) {
+    const path = ["egress", "torpool"];
+    throw new ConfigError([{
+      file: source.file,
+      path,
+      value: rest.torpool.api_socket,
+      message: `With egress.transport (${transport.kind}) the hub's relay serves only live pool ` +
+        "ports: a local Tor pool's socket is for local mode (leave egress.torpool out)",
+      at: source.locate(path),
+    }]);
+  }
   if (!transport) return { ...rest, socks };
   if (socks.length > 0) {
     const path = ["egress", "socks"];

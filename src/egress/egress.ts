@@ -17,6 +17,7 @@ import {
   EgressRefusal,
 } from "./agents.ts";
 import { PrivateAllowance, refuseInternal, refuseLoopbackTunnel } from "./destinations.ts";
+import { type LivePort, watchPoolView } from "./pool_view.ts";
 import { SocksError } from "./socks5.ts";
 import { type SocksEntry, SocksWays } from "./socks_ways.ts";
 import type { TlsTransportSettings } from "./transport.ts";
@@ -43,6 +44,10 @@ export interface EgressSettings extends AgentSettings {
   readonly negativeCache: { readonly failures: number; readonly ttlMs: number };
   readonly retryBudget: RetryBudgetOptions;
   readonly backoff: { readonly baseMs: number; readonly capMs: number };
+  /** A local `portcullis torpool` whose view of its instances opens breakers (pool_view.ts). */
+  readonly torpool?: { readonly apiSocket: string };
+  /** How often that view is read (the breakers' probe interval). */
+  readonly probeIntervalMs?: number;
 }
 
 /** One attempt's way out. */
@@ -77,6 +82,7 @@ export class Egress {
   #tunnels = 0;
   /** Outcomes not yet shared with the other request workers (undefined: not sharing). */
   #outbox?: OutcomeBatch;
+  #stopView?: () => void;
 
   /**
    * @param settings the egress config
@@ -335,7 +341,35 @@ export class Egress {
   }
 
   /** Closes every pooled upstream connection. */
+  /**
+   * Applies what the pool says of its instances (see pool_view.ts): every instance of this edge
+   * whose port is not live has its breaker opened now.
+   *
+   * @returns the instance indexes whose port is not live
+   */
+  applyPoolView(live: readonly LivePort[]): number[] {
+    const ports = new Set(live.map((entry) => entry.port));
+    const down: number[] = [];
+    this.settings.socks.forEach((entry, index) => {
+      if (ports.has(entry.poolPort ?? entry.port)) return;
+      this.pool.trip(index);
+      down.push(index);
+    });
+    return down;
+  }
+
+  /** Polls a local Tor pool's view (`egress.torpool`), when configured; stopped by {@link close}. */
+  watchLocalPool(log: (line: string) => void): void {
+    const torpool = this.settings.torpool;
+    if (!torpool || this.#stopView) return;
+    const interval = this.settings.probeIntervalMs ?? this.settings.breaker.probeIntervalMs;
+    this.#stopView = watchPoolView(torpool.apiSocket, interval, (live) => {
+      this.applyPoolView(live);
+    }, log);
+  }
+
   close(): void {
+    this.#stopView?.();
     this.idle.stop();
     this.#directAgent.destroy();
     this.#ways.destroy();
