@@ -12,6 +12,7 @@
 import { Ledger } from "../ledger/ledger.ts";
 import { LedgerMemory } from "../ledger/memory.ts";
 import { Egress } from "../egress/egress.ts";
+import { followHubPool } from "../live/hub_pool.ts";
 import { egressSettings } from "../egress/settings.ts";
 import type { StopWatching } from "../tls/watch.ts";
 import type { DescriptorWatch } from "../server/descriptors.ts";
@@ -52,7 +53,14 @@ export class Lifecycle {
     this.egress = new Egress(egressSettings(plan.config.egress), clock, options.random);
     // Only an isolate that carries public traffic reads the pool's view: worker 0 of a multi-worker
     // edge serves the protected lanes, and a breaker there would never see the probe that closes it.
-    if (!worker || worker.index > 0) this.egress.watchLocalPool(boot.log);
+    if (!worker || worker.index > 0) {
+      this.egress.watchLocalPool(boot.log);
+      const { runtime, egress, nodeId } = plan.config;
+      if (runtime.kind === "remote" && egress.transport) {
+        const hub = runtime.hub;
+        this.egress.followView((interval, apply) => followHubPool(hub, nodeId, interval, apply));
+      }
+    }
     this.finished = new Promise<void>((resolve) => this.#resolveFinished = resolve);
   }
 

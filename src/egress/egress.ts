@@ -361,11 +361,21 @@ export class Egress {
   /** Polls a local Tor pool's view (`egress.torpool`), when configured; stopped by {@link close}. */
   watchLocalPool(log: (line: string) => void): void {
     const torpool = this.settings.torpool;
-    if (!torpool || this.#stopView) return;
+    if (!torpool) return;
+    this.followView((interval, apply) => watchPoolView(torpool.apiSocket, interval, apply, log));
+  }
+
+  /**
+   * Follows a pool view from elsewhere (the hub's, in remote mode): `start` gets the interval and
+   * the function that applies a view, and returns how to stop; {@link close} stops it. One view at
+   * a time.
+   */
+  followView(
+    start: (intervalMs: number, apply: (live: readonly LivePort[]) => void) => () => void,
+  ): void {
+    if (this.#stopView) return;
     const interval = this.settings.probeIntervalMs ?? this.settings.breaker.probeIntervalMs;
-    this.#stopView = watchPoolView(torpool.apiSocket, interval, (live) => {
-      this.applyPoolView(live);
-    }, log);
+    this.#stopView = start(interval, (live) => void this.applyPoolView(live));
   }
 
   close(): void {

@@ -112,7 +112,8 @@ export async function startHub(
   }
   const refusals = new TlsRefusals(log);
   const { authenticate, tls } = credentials;
-  const routes = new HubRoutes({ config, store, feed, reloader, authenticate, refusals });
+  const pool = poolView(options.pool ?? embedded?.ports, embedded?.pool, config);
+  const routes = new HubRoutes({ config, store, feed, reloader, authenticate, refusals, pool });
   const listeners = new HubListeners(listenerSpecs(config, routes, { tls, relay, tunnel }), {
     timeouts: config.timeouts,
     refusals,
@@ -299,4 +300,20 @@ function shareUnchanged(files: Map<string, Uint8Array>, live: FileSet | undefine
     if (before && sameBytes(before, data)) files.set(name, before);
   }
   return files;
+}
+
+/**
+ * The pool's view for edges (`/v1/pool`): an embedded Tor pool's live ports with latency and error
+ * counts; a static pool's ports, which the hub cannot judge; none without a pool.
+ */
+function poolView(
+  ports: PoolPorts | undefined,
+  tor: TorPool | undefined,
+  config: HubConfig,
+): (() => readonly { port: number; latencyMs?: number | null; errors?: number }[]) | undefined {
+  if (tor) {
+    return () => tor.backends().map(({ port, latencyMs, errors }) => ({ port, latencyMs, errors }));
+  }
+  const pool = ports ?? (config.pool && { ports: () => config.pool!.ports });
+  return pool && (() => pool.ports().map((port) => ({ port })));
 }

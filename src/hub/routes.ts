@@ -41,6 +41,8 @@ export interface HubRoutesOptions {
   readonly feed: ConfigFeed;
   readonly reloader: RuntimeReloader;
   readonly authenticate: NodeAuthenticator;
+  /** The pool's own view of its SOCKS ports (`/v1/pool`), when the hub has a pool. */
+  readonly pool?: () => readonly { port: number; latencyMs?: number | null; errors?: number }[];
   /** The listeners' count of refused TLS handshakes, shown in status. */
   readonly refusals: TlsRefusals;
 }
@@ -88,6 +90,7 @@ export class HubRoutes {
     if (url.pathname === "/healthz" && isRead(request)) return jsonReply({ status: "ok" });
     const refusal = await this.#refusePoll(request, url, authenticate);
     if (refusal) return failureReply(refusal, requestId);
+    if (url.pathname === "/v1/pool") return jsonReply({ backends: this.#options.pool?.() ?? [] });
     return await this.#answerPoll(url, response);
   }
 
@@ -111,13 +114,17 @@ export class HubRoutes {
     return failureReply("route_not_allowed", requestId);
   }
 
-  /** Why a stream poll is refused (route, method, node id, credential, allow-list), if it is. */
+  /**
+   * Why a stream poll (or a read of the pool's view, `/v1/pool`) is refused: route, method, node id,
+   * credential, allow-list.
+   */
   async #refusePoll(
     request: IncomingMessage,
     url: URL,
     authenticate: NodeAuthenticator,
   ): Promise<FailureKind | undefined> {
-    if (url.pathname !== "/v1/config/stream") return "route_not_allowed";
+    const pool = url.pathname === "/v1/pool" && this.#options.pool !== undefined;
+    if (url.pathname !== "/v1/config/stream" && !pool) return "route_not_allowed";
     if (!isRead(request)) return "method_not_allowed";
     const nodeId = url.searchParams.get("node_id") ?? "";
     if (!NODE_ID.test(nodeId)) return "bad_node_id";
