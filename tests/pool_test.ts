@@ -279,3 +279,21 @@ Deno.test("InstancePool() rejects a latency weight outside (0, 1]", () => {
   assert.throws(() => new InstancePool([], { ...options, latencyAlpha: 1.5 }), RangeError);
   assert.equal(new InstancePool(["a"], { ...options, latencyAlpha: 1 }).size, 1);
 });
+
+Deno.test("InstancePool.seedLatency() sets the score until the first own sample replaces it", () => {
+  const { pool } = makePool(2);
+  pool.seedLatency(0, 400);
+  assert.equal(pool.score(0), 4);
+  const first = pool.pick()!;
+  assert.equal(first.index, 1, "the seeded instance scores worse than an unknown one");
+  pool.finish(first, undefined);
+  const pick = pool.pick(new Set([1]))!;
+  assert.equal(pick.index, 0);
+  pool.finish(pick, true, 100);
+  assert.equal(pool.score(0), 1, "the own sample replaced the seed, not averaged with it");
+  pool.seedLatency(0, 900);
+  assert.equal(pool.score(0), 1, "a seed never overrides an own sample");
+  pool.seedLatency(1, -5);
+  pool.seedLatency(1, Number.NaN);
+  assert.equal(pool.score(1), 0);
+});

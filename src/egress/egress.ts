@@ -343,15 +343,21 @@ export class Egress {
   /** Closes every pooled upstream connection. */
   /**
    * Applies what the pool says of its instances (see pool_view.ts): every instance of this edge
-   * whose port is not live has its breaker opened now.
+   * whose port is not live has its breaker opened now; a live one's latency, as the pool measured
+   * it, seeds its score until the edge has measured its own.
    *
    * @returns the instance indexes whose port is not live
    */
   applyPoolView(live: readonly LivePort[]): number[] {
-    const ports = new Set(live.map((entry) => entry.port));
+    const ports = new Map(live.map((entry) => [entry.port, entry.latencyMs]));
     const down: number[] = [];
     this.settings.socks.forEach((entry, index) => {
-      if (ports.has(entry.poolPort ?? entry.port)) return;
+      const port = entry.poolPort ?? entry.port;
+      if (ports.has(port)) {
+        const latency = ports.get(port);
+        if (typeof latency === "number") this.pool.seedLatency(index, latency);
+        return;
+      }
       this.pool.trip(index);
       down.push(index);
     });

@@ -196,6 +196,16 @@ export class InstancePool {
     this.#breakers[index].record(ok, true, this.#clock());
   }
 
+  /**
+   * Takes a latency the pool itself measured (a Tor pool's probes, through the hub or its socket)
+   * for instance `index`, until this edge has a sample of its own: the score then starts from what
+   * the pool knows instead of from zero.
+   */
+  seedLatency(index: number, latencyMs: number): void {
+    if (this.#sampled[index] || !(latencyMs >= 0) || !Number.isFinite(latencyMs)) return;
+    this.#latency[index] = latencyMs;
+  }
+
   /** Opens instance `index`'s breaker at once: it could not even be connected to. */
   trip(index: number): void {
     this.#breakers[index].trip(this.#clock());
