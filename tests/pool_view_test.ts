@@ -12,7 +12,7 @@ import { Egress } from "../src/egress/egress.ts";
 import { parseView } from "../src/egress/pool_view.ts";
 import { egressSettings } from "../src/egress/settings.ts";
 
-Deno.test("Egress.applyPoolView() trips the ports the pool does not list and seeds the others' latency", () => {
+Deno.test("Egress.view.apply() trips the ports the pool does not list and seeds the others' latency", () => {
   const settings = egressSettings(
     v.parse(EgressSchema, {
       socks: [{ hostname: "127.0.0.1", port: 19050 }, { hostname: "127.0.0.1", port: 19051 }],
@@ -20,14 +20,14 @@ Deno.test("Egress.applyPoolView() trips the ports the pool does not list and see
   );
   const egress = new Egress(settings, () => performance.now());
   try {
-    assert.deepEqual(egress.applyPoolView([{ port: 19050, latencyMs: 300 }]), [1]);
+    assert.deepEqual(egress.view.apply([{ port: 19050, latencyMs: 300 }]), [1]);
     const [listed, missing] = egress.snapshot().instances;
     assert.equal(listed.state, "closed");
     assert.equal(listed.score, 3, "2·0 + 300/100 + 10·0");
     assert.equal(missing.state, "open");
     assert.equal(missing.requests, 0, "no request was spent finding it");
     // Listed again: nothing is tripped; the breaker's own probe decides when it closes.
-    assert.deepEqual(egress.applyPoolView([{ port: 19050 }, { port: 19051 }]), []);
+    assert.deepEqual(egress.view.apply([{ port: 19050 }, { port: 19051 }]), []);
   } finally {
     egress.close();
   }

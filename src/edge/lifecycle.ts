@@ -54,11 +54,11 @@ export class Lifecycle {
     // Only an isolate that carries public traffic reads the pool's view: worker 0 of a multi-worker
     // edge serves the protected lanes, and a breaker there would never see the probe that closes it.
     if (!worker || worker.index > 0) {
-      this.egress.watchLocalPool(boot.log);
       const { runtime, egress, nodeId } = plan.config;
+      if (egress.torpool) this.egress.view.followLocal(egress.torpool.api_socket, boot.log);
       if (runtime.kind === "remote" && egress.transport) {
         const hub = runtime.hub;
-        this.egress.followView((interval, apply) => followHubPool(hub, nodeId, interval, apply));
+        this.egress.view.follow((interval, apply) => followHubPool(hub, nodeId, interval, apply));
       }
     }
     this.finished = new Promise<void>((resolve) => this.#resolveFinished = resolve);

@@ -17,7 +17,7 @@ import {
   EgressRefusal,
 } from "./agents.ts";
 import { PrivateAllowance, refuseInternal, refuseLoopbackTunnel } from "./destinations.ts";
-import { type LivePort, watchPoolView } from "./pool_view.ts";
+import { PoolView } from "./pool_view.ts";
 import { SocksError } from "./socks5.ts";
 import { type SocksEntry, SocksWays } from "./socks_ways.ts";
 import type { TlsTransportSettings } from "./transport.ts";
@@ -44,9 +44,7 @@ export interface EgressSettings extends AgentSettings {
   readonly negativeCache: { readonly failures: number; readonly ttlMs: number };
   readonly retryBudget: RetryBudgetOptions;
   readonly backoff: { readonly baseMs: number; readonly capMs: number };
-  /** A local `portcullis torpool` whose view of its instances opens breakers (pool_view.ts). */
-  readonly torpool?: { readonly apiSocket: string };
-  /** How often that view is read (the breakers' probe interval). */
+  /** How often a pool's view is read (pool_view.ts; default the breakers' probe interval). */
   readonly probeIntervalMs?: number;
 }
 
@@ -64,6 +62,8 @@ export type Way =
 export class Egress {
   readonly settings: EgressSettings;
   readonly pool: InstancePool;
+  /** What a supervised pool says of its instances, applied to {@link pool} (pool_view.ts). */
+  readonly view: PoolView;
   readonly cache: NegativeCache;
   readonly budget: RetryBudget;
   /** Cuts off upstream bodies that go quiet for `bodyIdleMs`. */
@@ -82,7 +82,6 @@ export class Egress {
   #tunnels = 0;
   /** Outcomes not yet shared with the other request workers (undefined: not sharing). */
   #outbox?: OutcomeBatch;
-  #stopView?: () => void;
 
   /**
    * @param settings the egress config
@@ -106,6 +105,8 @@ export class Egress {
       isolateTenants: settings.isolateTenants === true,
     });
     this.pool = new InstancePool(this.#ways.labels, { breaker: settings.breaker, clock });
+    const viewEvery = settings.probeIntervalMs ?? settings.breaker.probeIntervalMs;
+    this.view = new PoolView(settings.socks, this.pool, viewEvery);
     const ways = this.#ways;
     const direct = this.#directAgent;
     this.idle = new IdleWatch(
@@ -341,51 +342,8 @@ export class Egress {
   }
 
   /** Closes every pooled upstream connection. */
-  /**
-   * Applies what the pool says of its instances (see pool_view.ts): every instance of this edge
-   * whose port is not live has its breaker opened now; a live one's latency, as the pool measured
-   * it, seeds its score until the edge has measured its own.
-   *
-   * @returns the instance indexes whose port is not live
-   */
-  applyPoolView(live: readonly LivePort[]): number[] {
-    const ports = new Map(live.map((entry) => [entry.port, entry.latencyMs]));
-    const down: number[] = [];
-    this.settings.socks.forEach((entry, index) => {
-      const port = entry.poolPort ?? entry.port;
-      if (ports.has(port)) {
-        const latency = ports.get(port);
-        if (typeof latency === "number") this.pool.seedLatency(index, latency);
-        return;
-      }
-      this.pool.trip(index);
-      down.push(index);
-    });
-    return down;
-  }
-
-  /** Polls a local Tor pool's view (`egress.torpool`), when configured; stopped by {@link close}. */
-  watchLocalPool(log: (line: string) => void): void {
-    const torpool = this.settings.torpool;
-    if (!torpool) return;
-    this.followView((interval, apply) => watchPoolView(torpool.apiSocket, interval, apply, log));
-  }
-
-  /**
-   * Follows a pool view from elsewhere (the hub's, in remote mode): `start` gets the interval and
-   * the function that applies a view, and returns how to stop; {@link close} stops it. One view at
-   * a time.
-   */
-  followView(
-    start: (intervalMs: number, apply: (live: readonly LivePort[]) => void) => () => void,
-  ): void {
-    if (this.#stopView) return;
-    const interval = this.settings.probeIntervalMs ?? this.settings.breaker.probeIntervalMs;
-    this.#stopView = start(interval, (live) => void this.applyPoolView(live));
-  }
-
   close(): void {
-    this.#stopView?.();
+    this.view.stop();
     this.idle.stop();
     this.#directAgent.destroy();
     this.#ways.destroy();

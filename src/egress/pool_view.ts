@@ -83,3 +83,72 @@ export function watchPoolView(
     clearInterval(timer);
   };
 }
+
+/** What the view acts on: the edge's instance pool. */
+export interface ViewedInstances {
+  trip(index: number): void;
+  seedLatency(index: number, latencyMs: number): void;
+}
+
+/**
+ * The edge's side of a pool view: which of its SOCKS instances a view names (by the pool port
+ * behind a transport, else the instance's own port), what a view does to them, and the one
+ * follower of a view source (a local pool's socket, or the hub) it runs.
+ */
+export class PoolView {
+  readonly #entries: readonly { readonly port: number; readonly poolPort?: number }[];
+  readonly #instances: ViewedInstances;
+  readonly #intervalMs: number;
+  #stop?: () => void;
+
+  constructor(
+    entries: readonly { readonly port: number; readonly poolPort?: number }[],
+    instances: ViewedInstances,
+    intervalMs: number,
+  ) {
+    this.#entries = entries;
+    this.#instances = instances;
+    this.#intervalMs = intervalMs;
+  }
+
+  /**
+   * Applies a view: every instance whose port is not live has its breaker opened now; a live
+   * one's latency, as the pool measured it, seeds its score until the edge has measured its own.
+   *
+   * @returns the instance indexes whose port is not live
+   */
+  apply(live: readonly LivePort[]): number[] {
+    const ports = new Map(live.map((entry) => [entry.port, entry.latencyMs]));
+    const down: number[] = [];
+    this.#entries.forEach((entry, index) => {
+      const port = entry.poolPort ?? entry.port;
+      if (!ports.has(port)) {
+        this.#instances.trip(index);
+        down.push(index);
+        return;
+      }
+      const latency = ports.get(port);
+      if (typeof latency === "number") this.#instances.seedLatency(index, latency);
+    });
+    return down;
+  }
+
+  /** Follows a local `portcullis torpool` through its API socket (`egress.torpool`). */
+  followLocal(socketPath: string, log: (line: string) => void): void {
+    this.follow((interval, apply) => watchPoolView(socketPath, interval, apply, log));
+  }
+
+  /**
+   * Follows a view source: `start` gets the interval and the function that applies a view, and
+   * returns how to stop. One source at a time; {@link stop} ends it.
+   */
+  follow(start: (intervalMs: number, apply: (live: readonly LivePort[]) => void) => () => void) {
+    if (this.#stop) return;
+    this.#stop = start(this.#intervalMs, (live) => void this.apply(live));
+  }
+
+  stop(): void {
+    this.#stop?.();
+    this.#stop = undefined;
+  }
+}
