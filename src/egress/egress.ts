@@ -44,8 +44,6 @@ export interface EgressSettings extends AgentSettings {
   readonly negativeCache: { readonly failures: number; readonly ttlMs: number };
   readonly retryBudget: RetryBudgetOptions;
   readonly backoff: { readonly baseMs: number; readonly capMs: number };
-  /** How often a pool's view is read (pool_view.ts; default the breakers' probe interval). */
-  readonly probeIntervalMs?: number;
 }
 
 /** One attempt's way out. */
@@ -105,8 +103,8 @@ export class Egress {
       isolateTenants: settings.isolateTenants === true,
     });
     this.pool = new InstancePool(this.#ways.labels, { breaker: settings.breaker, clock });
-    const viewEvery = settings.probeIntervalMs ?? settings.breaker.probeIntervalMs;
-    this.view = new PoolView(settings.socks, this.pool, viewEvery);
+    // A pool's view is read as often as an open breaker may try its instance again.
+    this.view = new PoolView(settings.socks, this.pool, settings.breaker.probeIntervalMs);
     const ways = this.#ways;
     const direct = this.#directAgent;
     this.idle = new IdleWatch(

@@ -37,7 +37,6 @@ export function egressSettings(config: EgressConfig): EgressSettings {
       windowMs: config.retry.window_ms,
     },
     backoff: { baseMs: config.retry.backoff_base_ms, capMs: config.retry.backoff_cap_ms },
-    probeIntervalMs: config.probe_interval_ms,
   };
 }
 
