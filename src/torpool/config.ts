@@ -8,7 +8,7 @@
  * @module
  */
 import { dirname, resolve as absolute } from "node:path";
-import { pathResolver } from "../config/load.ts";
+import { formatAddress, pathResolver } from "../config/load.ts";
 import { ConfigError, type ConfigProblem } from "../config/problems.ts";
 import { validateFile } from "../config/validate.ts";
 import type { YamlFile } from "../config/yaml_file.ts";
@@ -147,7 +147,7 @@ function checkScaling(raw: PoolConfigInput, report: Report): void {
 
 /** `host:port` as `--allow-net` spells it (IPv6 in brackets). */
 export function hostPort(host: string, port: number): string {
-  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+  return formatAddress({ kind: "tcp", hostname: host, port });
 }
 
 /**
