@@ -110,6 +110,9 @@ export function requiredGrants(
   if (config.admin.tokenFile) {
     grants.push({ name: "read", value: config.admin.tokenFile, purpose: "admin token" });
   }
+  if (config.adminGate) {
+    grants.push({ name: "read", value: config.adminGate.file, purpose: "admin gate" });
+  }
   if (config.acme) {
     grants.push({
       name: "read",

@@ -38,6 +38,7 @@ export function summarizePlan<S>(plan: EdgePlan<S>): string {
       `    reserve ${p.reserve}, ceiling ${p.maxSlots} slots, footprint ${p.footprint} B, ` +
         `deadline ${p.deadlineMs} ms, ${p.maxConnections} connections${rate}`,
     );
+    if (name === "public" && config.adminGate) lines.push("    admin gate: on");
   }
   lines.push(
     `  ledger: ${profile.applicationSlots} slots (general pool ${profile.generalPool}), ` +

@@ -74,12 +74,19 @@ const Passthrough = v.strictObject({
   hello_timeout_ms: v.optional(wholeNumber(10, 600_000), 5000),
 });
 
-/** The public lane: listeners, plus TLS, the ACME companion and SNI passthrough. */
+/**
+ * The admin gate: a file (owner-only) holding the one line `/<slug>/<t1>/<t2>/`, read at boot
+ * (src/pipeline/admin_gate.ts says what a hit is and why nothing observes one).
+ */
+const AdminGate = v.strictObject({ file: Text });
+
+/** The public lane: listeners, plus TLS, the ACME companion, SNI passthrough and the admin gate. */
 const PublicLane = v.strictObject({
   ...LaneListeners.entries,
   tls: v.optional(TlsConfig),
   acme_http: v.optional(AcmeHttp),
   passthrough: v.optional(Passthrough),
+  admin_gate: v.optional(AdminGate),
 });
 
 const Rate = v.strictObject({

@@ -92,6 +92,8 @@ export interface EdgeConfig {
     readonly listen: readonly ListenerAddress[];
     readonly helloTimeoutMs: number;
   };
+  /** The public lane's admin gate: the file holding its line (a secret, read at boot). */
+  readonly adminGate?: { readonly file: string };
   /** CIDRs whose X-Forwarded-For is believed. */
   readonly trustedProxies: readonly string[];
   /** The admin credential for `local_health`'s acting endpoints. */

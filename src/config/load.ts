@@ -77,6 +77,7 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     tls: publicTls,
     acme: acmeOf(raw, resolve),
     passthrough: passthroughOf(raw, resolve),
+    adminGate: adminGateOf(raw, resolve),
     trustedProxies: raw.trusted_proxies,
     admin: { tokenFile: optionalPath(raw.admin.token_file, resolve) },
     observe: observeOf(raw, resolve),
@@ -164,6 +165,12 @@ function passthroughOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["pass
     listen: passthrough.listen.map((l) => listenerAddress(l, resolve)),
     helloTimeoutMs: passthrough.hello_timeout_ms,
   };
+}
+
+/** The public lane's admin gate, its file resolved (read at boot, never by `check`). */
+function adminGateOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["adminGate"] {
+  const gate = raw.lanes.public.admin_gate;
+  return gate && { file: resolve(gate.file) };
 }
 
 /** The connection and request timeouts, renamed to the code's spelling. */

@@ -23,6 +23,7 @@ import { followHub, type HubFollower } from "../live/hub_client.ts";
 import { CertStore } from "../tls/certificates.ts";
 import { watchCertificates } from "../tls/watch.ts";
 import { AdminCredential } from "../server/admin.ts";
+import { type AdminGate, loadAdminGate } from "../pipeline/admin_gate.ts";
 import { checkReach, firstGenerationNumber } from "./plan.ts";
 import type { BootContext } from "./boot_context.ts";
 import type { Lifecycle } from "./lifecycle.ts";
@@ -109,6 +110,24 @@ export async function loadCredentials(
     // A hub credential the edge could never use is a config error, not a hub outage to wait out.
     if (owns && runtime.kind === "remote") await checkHubCredentials(runtime.hub);
     return admin;
+  } catch (error) {
+    await life.abandon();
+    throw new BootError([(error as Error).message]);
+  }
+}
+
+/**
+ * Reads the public lane's admin gate (`lanes.public.admin_gate.file`), in every isolate that serves
+ * it: a file that is missing, open to others or malformed undoes the boot so far and refuses it.
+ */
+export async function loadAdminGateStep(
+  { plan }: BootContext,
+  life: Lifecycle,
+): Promise<AdminGate | undefined> {
+  const gate = plan.config.adminGate;
+  if (!gate) return undefined;
+  try {
+    return await loadAdminGate(gate.file);
   } catch (error) {
     await life.abandon();
     throw new BootError([(error as Error).message]);

@@ -26,7 +26,13 @@ import type { EdgeServices } from "../pipeline/services.ts";
 import type { EdgePlan } from "./plan.ts";
 import { bootContext, type EdgeOptions } from "./boot_context.ts";
 import { Lifecycle } from "./lifecycle.ts";
-import { createObserver, loadCredentials, startCertificates, startRuntime } from "./boot_steps.ts";
+import {
+  createObserver,
+  loadAdminGateStep,
+  loadCredentials,
+  startCertificates,
+  startRuntime,
+} from "./boot_steps.ts";
 import { assembleServices } from "./services_assembly.ts";
 import { announce, bindListeners, checkBound } from "./bind_steps.ts";
 import { watchDescriptors } from "./descriptor_watch.ts";
@@ -65,9 +71,10 @@ export async function startEdge(
   const life = new Lifecycle(boot);
   const runtime = startRuntime(boot, life);
   const admin = await loadCredentials(boot, life);
+  const adminGate = await loadAdminGateStep(boot, life);
   const certs = await startCertificates(boot, life);
   const observer = await createObserver(boot, tracing, runtime.lines);
-  const services = assembleServices(boot, life, { runtime, admin, certs, observer });
+  const services = assembleServices(boot, life, { runtime, admin, adminGate, certs, observer });
   await bindListeners(boot, life, services);
   const actual = await checkBound(boot, life);
   life.arm();

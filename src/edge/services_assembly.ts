@@ -12,6 +12,7 @@ import { PolicyStats } from "../policy/policy_stats.ts";
 import { AddressSet } from "../request/cidr.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { AdminCredential } from "../server/admin.ts";
+import type { AdminGate } from "../pipeline/admin_gate.ts";
 import type { EdgeServices } from "../pipeline/services.ts";
 import type { BootContext } from "./boot_context.ts";
 import type { Runtime } from "./boot_steps.ts";
@@ -22,6 +23,8 @@ import type { WorkerRole } from "./worker_role.ts";
 export interface ServiceParts {
   readonly runtime: Runtime;
   readonly admin: AdminCredential;
+  /** The public lane's admin gate, when configured. */
+  readonly adminGate?: AdminGate;
   readonly certs: CertStore | undefined;
   readonly observer: Observer;
 }
@@ -30,7 +33,7 @@ export interface ServiceParts {
 export function assembleServices(
   boot: BootContext,
   life: Lifecycle,
-  { runtime, admin, certs, observer }: ServiceParts,
+  { runtime, admin, adminGate, certs, observer }: ServiceParts,
 ): EdgeServices {
   const { plan, options, worker, clock, log } = boot;
   return {
@@ -58,6 +61,7 @@ export function assembleServices(
     log,
     tls: certs,
     admin,
+    adminGate,
     files: plan.descriptors,
     acme: plan.config.acme && {
       challengeDir: plan.config.acme.challengeDir,

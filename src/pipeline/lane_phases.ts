@@ -84,7 +84,7 @@ export function allowlistPhase<S>(table: LaneTable<S>): Phase<S> {
 }
 
 /** A refused admission: the overload's failure, with `Retry-After` when the ledger knows when. */
-function overloadReply(overload: Overload, requestId: string): Reply {
+export function overloadReply(overload: Overload, requestId: string): Reply {
   const headers = overload.retryAfterMs !== undefined
     ? { "retry-after": String(Math.max(1, Math.ceil(overload.retryAfterMs / 1000))) }
     : undefined;

@@ -1,6 +1,8 @@
 /**
  * The runner: one lane's phases as a list, and the one loop that runs them. Per request it
  *
+ * - on the public lane with an admin gate, first answers a gate hit, unobserved (admin_gate.ts):
+ *   before the request id, the record and every phase, so nothing below ever sees one;
  * - starts the request's record (metrics, access log, trace) and closes it when the reply is over;
  * - runs the phases top to bottom — `admit`, `head`, `allowlist`, then the lane's own (the public
  *   lane's tenant dataplane) — opening and ending each phase's span; the first phase that answers
@@ -30,6 +32,7 @@ import type { Arrival } from "../server/arrival.ts";
 import type { ServerLimits } from "../server/lane_listener.ts";
 import { withoutHsts } from "../server/plain_reply.ts";
 import type { ReplyChannel } from "../server/reply_channel.ts";
+import { type AdminGate, adminGateAnswer } from "./admin_gate.ts";
 import { DeadlineSweep, type Expiring } from "./deadline_sweep.ts";
 import { Exchange } from "./exchange.ts";
 import {
@@ -51,6 +54,8 @@ export interface PipelineServices extends LanePhaseServices {
   readonly log: (line: string) => void;
   /** Metrics, access log and traces per request (absent: nothing is observed). */
   readonly observer?: Observer;
+  /** The public lane's admin gate (`lanes.public.admin_gate`), when configured. */
+  readonly adminGate?: AdminGate;
 }
 
 /** A lane's pipeline, as the transport calls it. */
@@ -90,6 +95,8 @@ class Runner<S extends PipelineServices> implements Pipeline {
   readonly #phases: readonly Phase<S>[];
   readonly #deadlines: DeadlineSweep;
   readonly #expireWaiting = (exchange: Exchange) => this.#expire(exchange);
+  /** Answers an admin gate hit (public lane only); false for a miss. */
+  readonly #adminGate?: (arrival: Arrival) => boolean;
 
   constructor(lane: LaneTable<S>, services: S, phases: readonly Phase<S>[]) {
     this.#lane = lane;
@@ -98,6 +105,9 @@ class Runner<S extends PipelineServices> implements Pipeline {
     const name = lane.descriptor.name;
     const profile = services.ledger.profile.lanes.find((p) => p.name === name)!;
     this.#deadlines = new DeadlineSweep(profile.deadlineMs, () => services.ledger.now());
+    const gate = name === "public" ? services.adminGate : undefined;
+    const drains = lane.descriptor.drains;
+    if (gate) this.#adminGate = adminGateAnswer({ gate, services, lane: name, drains });
   }
 
   get phases(): readonly string[] {
@@ -105,6 +115,8 @@ class Runner<S extends PipelineServices> implements Pipeline {
   }
 
   serve(arrival: Arrival): void {
+    // Above the record: a hit is never logged, counted by route or traced, whatever observes.
+    if (this.#adminGate?.(arrival)) return;
     const requestId = requestIdFor(arrival.request.headers["x-request-id"]);
     const record = this.#observe(arrival, requestId);
     if (record) {

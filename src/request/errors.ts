@@ -37,6 +37,7 @@ export type FailureKind =
   | "upstream_failed"
   | "upstream_timeout"
   | "internal_error"
+  | "admin_not_implemented"
   // The hub's (its config stream and the nodes that follow it). `internal` is the hub's code for
   // `internal_error`, kept because edges log the code the hub answered.
   | "method_not_allowed"
@@ -139,6 +140,11 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "The upstream did not answer in time",
   },
   internal_error: { status: 500, source: "internal", message: "The gateway failed internally" },
+  admin_not_implemented: {
+    status: 501,
+    source: "internal",
+    message: "This is not implemented yet",
+  },
   method_not_allowed: {
     status: 405,
     source: "client",
