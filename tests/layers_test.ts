@@ -18,7 +18,7 @@ export const LAYERS: readonly (string | readonly string[])[] = [
   "src/ledger",
   "src/request",
   "src/config",
-  ["src/tls", "src/egress", "src/policy", "src/torpool"],
+  ["src/tls", "src/egress", "src/policy", "src/torpool", "src/trust"],
   "src/proxy",
   "src/observe",
   "src/live",

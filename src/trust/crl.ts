@@ -1,0 +1,182 @@
+/**
+ * The fleet's certificate revocation list: `crl.pem` in the CA folder, signed by the intermediate.
+ * The hub reads it ({@link readRevoked}) to refuse revoked node certificates; `portcullis hub
+ * revoke-node` adds a node's certificates to it ({@link revokeNode}).
+ *
+ * A CRL is only believed when the intermediate's key signed it: a hub that took any well-formed
+ * CRL would let whoever can write `crl.pem` un-revoke a node by replacing the list (or revoke the
+ * fleet). It is rewritten whole (pem.ts's atomic write), so a hub re-reading it mid-rewrite sees
+ * the old list or the new one. Revocation keeps every earlier entry, including entries for
+ * certificates that have since expired: the list only grows (see `revokeNode`).
+ *
+ * @module
+ */
+import "reflect-metadata";
+import * as x509 from "@peculiar/x509";
+import { readNamedFile } from "../config/rooted_read.ts";
+import { issuedFor, type Issuer, loadIssuer } from "./ca.ts";
+import { normaliseSerial, pemOf, writeFileAtomic } from "./pem.ts";
+import { CRL_DAYS, type CrlEntry, parseCertificate, signCrl } from "./signing.ts";
+
+/** One certificate to list as revoked. */
+export interface Revocation {
+  /** Hex, any case. */
+  readonly serial: string;
+  readonly at: Date;
+  /** An RFC 5280 reason code name: `keyCompromise`, `superseded`, `cessationOfOperation`, … */
+  readonly reason?: string;
+}
+
+/** What {@link writeCrl} may be told. */
+export interface WriteCrlOptions {
+  readonly now?: Date;
+  /** Days until `nextUpdate`; 7 by default. */
+  readonly nextUpdateDays?: number;
+}
+
+const DAY_MS = 86_400_000;
+const MAX_CRL_BYTES = 8 * 1024 * 1024;
+
+/** The reason code names a revocation may give (RFC 5280 §5.3.1, less `removeFromCRL`). */
+const REASONS: Readonly<Record<string, x509.X509CrlReason>> = {
+  unspecified: x509.X509CrlReason.unspecified,
+  keyCompromise: x509.X509CrlReason.keyCompromise,
+  cACompromise: x509.X509CrlReason.cACompromise,
+  affiliationChanged: x509.X509CrlReason.affiliationChanged,
+  superseded: x509.X509CrlReason.superseded,
+  cessationOfOperation: x509.X509CrlReason.cessationOfOperation,
+  certificateHold: x509.X509CrlReason.certificateHold,
+  privilegeWithdrawn: x509.X509CrlReason.privilegeWithdrawn,
+  aACompromise: x509.X509CrlReason.aACompromise,
+};
+
+/**
+ * Signs a CRL listing `revoked` with the intermediate and writes it to the CA's `crl.pem` (whole,
+ * mode 0644). A serial listed twice is listed once, with its first date and reason.
+ *
+ * @throws {RangeError} for a reason that is not a reason code name, or a serial that is not hex
+ */
+export async function writeCrl(
+  issuer: Issuer,
+  revoked: readonly Revocation[],
+  options: WriteCrlOptions = {},
+): Promise<void> {
+  const entries = revoked.map((entry) => ({
+    serial: serialOf(entry.serial),
+    at: entry.at,
+    reason: reasonCode(entry.reason),
+  }));
+  await writeEntries(issuer, entries, options);
+}
+
+async function writeEntries(
+  issuer: Issuer,
+  entries: readonly CrlEntry[],
+  options: WriteCrlOptions,
+): Promise<void> {
+  const now = options.now ?? new Date();
+  const days = options.nextUpdateDays ?? CRL_DAYS;
+  if (!(Number.isFinite(days) && days > 0)) {
+    throw new RangeError(`Next update ${days} is not a positive number of days`);
+  }
+  const unique = new Map<string, CrlEntry>();
+  for (const entry of entries) if (!unique.has(entry.serial)) unique.set(entry.serial, entry);
+  const pem = await signCrl(issuer, [...unique.values()], {
+    thisUpdate: now,
+    nextUpdate: new Date(now.getTime() + days * DAY_MS),
+  });
+  await writeFileAtomic(issuer.files.crl, pem, { mode: 0o644, replace: true });
+}
+
+/**
+ * The serials a CRL lists, once its signature verifies with the intermediate's key.
+ *
+ * @param crlPath the CRL, PEM (`X509 CRL`)
+ * @param intermediatePem the certificate whose key must have signed it
+ * @returns the serials (pem.ts's `normaliseSerial` spelling) and the CRL's `thisUpdate`
+ * @throws {Error} naming the file, when it cannot be read, does not parse, or was not signed by
+ *   the intermediate
+ */
+export async function readRevoked(
+  crlPath: string,
+  intermediatePem: string,
+): Promise<{ serials: ReadonlySet<string>; thisUpdate: Date }> {
+  const intermediate = parseCertificate(intermediatePem, "Intermediate certificate");
+  const crl = await readCrl(crlPath, intermediate);
+  return { serials: new Set(crl.entries.map((e) => e.serial)), thisUpdate: crl.thisUpdate };
+}
+
+/** A CRL read and verified: its entries and `thisUpdate`. */
+async function readCrl(
+  path: string,
+  intermediate: x509.X509Certificate,
+): Promise<{ entries: CrlEntry[]; thisUpdate: Date }> {
+  const text = await readNamedFile(path, "CRL", { maxBytes: MAX_CRL_BYTES });
+  let crl: x509.X509Crl;
+  let entries: CrlEntry[];
+  try {
+    crl = new x509.X509Crl(pemOf(text, "X509 CRL")[0]);
+    entries = crl.entries.map((entry) => ({
+      serial: normaliseSerial(entry.serialNumber),
+      at: entry.revocationDate,
+      reason: entry.reason,
+    }));
+  } catch (error) {
+    throw new Error(`CRL "${path}" does not parse: ${(error as Error).message}`);
+  }
+  const signed = crl.issuer === intermediate.subject &&
+    await crl.verify({ publicKey: intermediate.publicKey }, crypto).catch(() => false);
+  if (!signed) {
+    throw new Error(`CRL "${path}" is not signed by intermediate "${intermediate.subject}"`);
+  }
+  return { entries, thisUpdate: crl.thisUpdate };
+}
+
+/**
+ * Revokes every certificate the CA in `dir` issued to `nodeId`: each serial not already listed
+ * joins the CRL's earlier entries, dated now, and the CRL is signed and written again.
+ *
+ * Not safe against a concurrent revocation in another process (each reads, adds and writes the
+ * list; the later write wins): run one `revoke-node` at a time.
+ *
+ * @returns the serials newly listed (none when all were listed already)
+ * @throws {Error} when the node has no recorded certificate, or the CA or its CRL cannot be read
+ * @throws {RangeError} for a reason that is not a reason code name
+ */
+export async function revokeNode(
+  dir: string,
+  nodeId: string,
+  reason?: string,
+): Promise<{ serials: string[] }> {
+  const code = reasonCode(reason);
+  const issuer = await loadIssuer(dir);
+  const issued = await issuedFor(dir, nodeId);
+  if (issued.length === 0) {
+    throw new Error(`Node "${nodeId}" has no certificate recorded in "${issuer.files.issuedDir}"`);
+  }
+  const current = await readCrl(issuer.files.crl, issuer.cert);
+  const listed = new Set(current.entries.map((entry) => entry.serial));
+  const now = new Date();
+  const added = issued.map((record) => normaliseSerial(record.serial))
+    .filter((serial) => !listed.has(serial));
+  if (added.length > 0) {
+    const entries = added.map((serial) => ({ serial, at: now, reason: code }));
+    await writeEntries(issuer, [...current.entries, ...entries], { now });
+  }
+  return { serials: added };
+}
+
+function serialOf(serial: string): string {
+  try {
+    return normaliseSerial(serial);
+  } catch (error) {
+    throw new RangeError((error as Error).message);
+  }
+}
+
+function reasonCode(reason: string | undefined): x509.X509CrlReason | undefined {
+  if (reason === undefined) return undefined;
+  if (Object.hasOwn(REASONS, reason)) return REASONS[reason];
+  const names = Object.keys(REASONS).map((name) => `"${name}"`).join(", ");
+  throw new RangeError(`Revocation reason "${reason}" is not one of ${names}`);
+}
