@@ -6,6 +6,9 @@
  * portcullis check <config.yaml>     validate config and tenants, print a summary
  * portcullis flags <config.yaml>     print the Deno permission flags the config needs
  * portcullis hub <hub.yaml>          run a hub (serves a runtime folder to remote edges)
+ * portcullis hub init-ca <hub.yaml> --name <host>   make the fleet CA (see src/cli/fleet.ts)
+ * portcullis hub add-node <hub.yaml> <node_id>      a node's one-time registration secret
+ * portcullis hub revoke <hub.yaml> <node_id>        revoke a node's certificates (or token)
  * portcullis torpool <pool.yaml>     run a Tor pool supervisor (its JSON API on a Unix socket)
  * portcullis check <folder>          validate a runtime folder (globals.yaml + tenants)
  * portcullis --version
@@ -17,7 +20,8 @@
  * ```
  * ```
  *
- * Exit status: 0 success, 1 refused (invalid config, permission audit, bind failure), 2 usage.
+ * Exit status: 0 success, 1 refused (invalid config, permission audit, bind failure, a revoked
+ * node), 2 usage, 3 stopped because the hub revoked this node.
  *
  * @module
  */
@@ -33,9 +37,11 @@ import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.t
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
 import { BootError } from "./src/boot/boot_error.ts";
 import { runTorpoolVerb } from "./src/cli/torpool.ts";
+import { FLEET_USAGE, FLEET_VERBS, runFleetVerb } from "./src/cli/fleet.ts";
 import { isPoolFile, resolvePoolConfig } from "./src/torpool/config.ts";
 import { startWorkers } from "./src/edge/workers.ts";
 import { type EdgePlan, planEdge } from "./src/edge/plan.ts";
+import { deleteCachedSets, prepareRemoteNode, readRevokedMarker } from "./src/edge/revocation.ts";
 
 /** The running version, from deno.json. */
 export const VERSION: string = denoJson.version;
@@ -44,6 +50,7 @@ const USAGE = `usage: portcullis [serve] <config.yaml>
        portcullis check <config.yaml>
        portcullis flags <config.yaml | hub.yaml | pool.yaml>
        portcullis hub <hub.yaml>
+${FLEET_USAGE}
        portcullis torpool <pool.yaml>
        portcullis check <config.yaml | hub.yaml | pool.yaml | runtime folder>
        portcullis --version`;
@@ -64,6 +71,10 @@ export async function main(args: readonly string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
+  if (first === "hub" && FLEET_VERBS.includes(rest[0])) {
+    // An operator's verb: any failure (a CA that exists, a node never issued) is its message.
+    return await reportErrors(() => runFleetVerb(rest[0], rest.slice(1)), true);
+  }
   const verbs = ["serve", "check", "flags", "hub", "torpool"];
   const verb = verbs.includes(first) ? first : "serve";
   const operands = verbs.includes(first) ? rest : args;
@@ -74,8 +85,16 @@ export async function main(args: readonly string[]): Promise<number> {
     console.error(USAGE);
     return 2;
   }
+  return await reportErrors(() => run(verb, operands[0]));
+}
+
+/**
+ * Runs a verb, turning a config problem or a refused boot into its lines and status 1 (and, for
+ * the operator's verbs, any other error into its message).
+ */
+async function reportErrors(verb: () => Promise<number>, anyError = false): Promise<number> {
   try {
-    return await run(verb, operands[0]);
+    return await verb();
   } catch (error) {
     if (error instanceof ConfigError) {
       for (const problem of error.problems) console.error(`portcullis: ${formatProblem(problem)}`);
@@ -85,6 +104,10 @@ export async function main(args: readonly string[]): Promise<number> {
     if (error instanceof BootError) {
       for (const reason of error.reasons) console.error(`portcullis: ${reason}`);
       console.error("portcullis: boot refused");
+      return 1;
+    }
+    if (anyError && error instanceof Error) {
+      console.error(`portcullis: ${error.message}`);
       return 1;
     }
     throw error;
@@ -118,6 +141,12 @@ async function run(verb: string, file: string): Promise<number> {
     console.log(formatFlags(requiredGrants(config)));
     return 0;
   }
+  if (verb === "serve" && config.runtime.kind === "remote") {
+    // Before the cache is read: a revoked node refuses to start; a new one registers.
+    const { hub, cacheDir } = config.runtime;
+    const log = (line: string) => console.error(line);
+    await prepareRemoteNode({ nodeId: config.nodeId, nodeType: "edge", hub, cacheDir, log });
+  }
   const plan = await planEdge(config, LANES, verb === "serve" ? { fileLimit: "probe" } : {});
   if (verb === "check") {
     console.log(summarizePlan(plan));
@@ -147,7 +176,13 @@ async function run(verb: string, file: string): Promise<number> {
   await edge.finished;
   Deno.removeSignalListener("SIGTERM", onSignal);
   Deno.removeSignalListener("SIGINT", onSignal);
-  return 0;
+  // Exit status 3: stopped because the hub revoked this node (a supervisor should not restart it).
+  // The cache goes before the process does, whichever of the edge's steps finishes first.
+  if (config.runtime.kind !== "remote" || !await readRevokedMarker(config.runtime.cacheDir)) {
+    return 0;
+  }
+  await deleteCachedSets(config.runtime.cacheDir);
+  return 3;
 }
 
 /** The boot lines about the open-file limit and the public lane's share of it. */

@@ -26,12 +26,14 @@ Deno.test("hub tokens: a token file added, removed, replaced or rewritten in pla
     await Deno.writeTextFile(file, "first-token\n", { mode: 0o600 });
     assert.equal(await pollStatus(t, "edge-a", "first-token"), 200, "added");
     await Deno.remove(file);
-    assert.equal(await pollStatus(t, "edge-a", "first-token"), 401, "removed: revoked at once");
+    // The holder of a removed token is told it is revoked (403 node_revoked, fleet_revocation_test).
+    assert.equal(await pollStatus(t, "edge-a", "first-token"), 403, "removed: revoked at once");
 
     await Deno.writeTextFile(`${file}.new`, "second-token\n", { mode: 0o600 });
     await Deno.rename(`${file}.new`, file);
     assert.equal(await pollStatus(t, "edge-a", "second-token"), 200, "renamed into place");
-    assert.equal(await pollStatus(t, "edge-a", "first-token"), 401);
+    assert.equal(await pollStatus(t, "edge-a", "first-token"), 403, "still revoked");
+    assert.equal(await pollStatus(t, "edge-a", "never-a-token"), 401, "a guess is not told more");
 
     // Rewritten in place once the folder has settled: its mtime does not change, so only the
     // read the hub makes at least every second sees it.
@@ -47,7 +49,7 @@ Deno.test("hub tokens: a token file added, removed, replaced or rewritten in pla
     }
     assert.equal(status, 200, "rewritten in place: seen within a second");
     assert.ok(Date.now() - rewritten < 2500, `seen after ${Date.now() - rewritten} ms`);
-    assert.equal(await pollStatus(t, "edge-a", "second-token"), 401);
+    assert.equal(await pollStatus(t, "edge-a", "second-token"), 403, "replaced: revoked");
   } finally {
     await t.dispose();
   }

@@ -14,6 +14,7 @@ import { fileURLToPath as fromFileUrl } from "node:url";
 import {
   type EdgeConfig,
   formatAddress,
+  type HubClientConfig,
   type ListenerAddress,
   runsWorkers,
 } from "../config/load.ts";
@@ -94,6 +95,7 @@ export function requiredGrants(
     for (const file of hubFiles) {
       grants.push({ name: "read", value: file, purpose: "hub credentials" });
     }
+    grants.push(...enrolmentGrants(runtime.hub));
     grants.push({ name: "read", value: runtime.cacheDir, purpose: "generation cache" });
     grants.push({ name: "write", value: runtime.cacheDir, purpose: "generation cache" });
   }
@@ -197,4 +199,25 @@ export function formatFlags(grants: readonly Grant[]): string {
 /** The lanes a config serves, in ledger order. */
 export function configuredLanes(config: EdgeConfig): LaneName[] {
   return LANE_NAMES.filter((lane) => config.lanes[lane] !== undefined);
+}
+
+/**
+ * What registration and renewal with the fleet CA write (an https hub): the key and certificate,
+ * and the `.new` files each is written to before it is renamed into place; with registration, the
+ * secret file too (read, and removed once spent).
+ */
+function enrolmentGrants(hub: HubClientConfig): Grant[] {
+  if (!hub.tls) return [];
+  const purpose = "node certificate (registration and renewal)";
+  const grants: Grant[] = [hub.tls.certFile, hub.tls.keyFile].flatMap((file): Grant[] => [
+    { name: "write", value: file, purpose },
+    { name: "read", value: `${file}.new`, purpose },
+    { name: "write", value: `${file}.new`, purpose },
+  ]);
+  if (hub.secretFile) {
+    const secret = "one-time registration secret";
+    grants.push({ name: "read", value: hub.secretFile, purpose: secret });
+    grants.push({ name: "write", value: hub.secretFile, purpose: secret });
+  }
+  return grants;
 }

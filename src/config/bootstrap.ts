@@ -137,6 +137,20 @@ const HubClient = v.strictObject({
   /** Reconnection backoff: doubles from the first delay up to the cap. */
   backoff_initial_ms: v.optional(wholeNumber(1, 60_000), 250),
   backoff_max_ms: v.optional(wholeNumber(1, 600_000), 30_000),
+  /**
+   * Registration with the hub's fleet CA (https): while `cert_file` does not exist, the node makes
+   * a key and a certificate request and presents this one-time secret (`portcullis hub
+   * add-node`); the hub's certificate is then written to `cert_file` and `key_file` (0600), and
+   * the secret file removed.
+   */
+  register: v.optional(v.strictObject({ secret_file: Text })),
+  /** A certificate from the fleet CA is renewed when it has fewer days than this left. */
+  renew_before_days: v.optional(wholeNumber(1, 3650), 30),
+  /**
+   * When the hub says this node is revoked: the public lane keeps serving this long, then stops
+   * taking connections; in-flight requests finish, the cache is deleted, the edge stops.
+   */
+  grace_seconds: v.optional(wholeNumber(0, 86_400), 30),
 });
 
 /**

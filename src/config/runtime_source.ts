@@ -20,6 +20,12 @@ export interface HubClientConfig {
   readonly address: string;
   readonly tls?: { readonly caFile: string; readonly certFile: string; readonly keyFile: string };
   readonly tokenFile?: string;
+  /** Registration with the fleet CA: the one-time secret, while `tls.certFile` does not exist. */
+  readonly secretFile?: string;
+  /** Renew a fleet certificate with fewer days than this left. */
+  readonly renewBeforeDays: number;
+  /** How long the public lane keeps serving after the hub says this node is revoked. */
+  readonly graceSeconds: number;
   readonly pollTimeoutMs: number;
   readonly backoffInitialMs: number;
   readonly backoffMaxMs: number;
@@ -110,6 +116,9 @@ function checkHub(hub: HubSettings, report: Report): void {
   if (https && hub.token_file !== undefined) {
     report(["hub", "token_file"], "An https hub uses the client certificate, not a token");
   }
+  if (!https && hub.register !== undefined) {
+    report(["hub", "register"], "Registration gives a client certificate: it needs an https hub");
+  }
   if (hub.backoff_initial_ms > hub.backoff_max_ms) {
     report(
       ["hub", "backoff_initial_ms"],
@@ -146,6 +155,9 @@ function remoteSource(raw: BootstrapConfig, resolve: Resolve): RuntimeSource {
         }
         : undefined,
       tokenFile: hub.token_file === undefined ? undefined : resolve(hub.token_file),
+      secretFile: hub.register && resolve(hub.register.secret_file),
+      renewBeforeDays: hub.renew_before_days,
+      graceSeconds: hub.grace_seconds,
       pollTimeoutMs: hub.poll_timeout_ms,
       backoffInitialMs: hub.backoff_initial_ms,
       backoffMaxMs: hub.backoff_max_ms,

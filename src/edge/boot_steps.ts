@@ -20,6 +20,7 @@ import { shareEgress } from "../egress/share.ts";
 import { ConfigStore } from "../live/generations.ts";
 import { type RuntimeReloader, runtimeReloader } from "../live/runtime_watch.ts";
 import { followHub, type HubFollower } from "../live/hub_client.ts";
+import { CertificateRenewal } from "../live/enrol.ts";
 import { CertStore } from "../tls/certificates.ts";
 import { watchCertificates } from "../tls/watch.ts";
 import { AdminCredential } from "../server/admin.ts";
@@ -61,6 +62,8 @@ export function startRuntime(boot: BootContext, life: Lifecycle): Runtime {
       cacheDir: runtime.cacheDir,
       log,
       random: options.random,
+      renewal: runtime.hub.tls &&
+        new CertificateRenewal({ nodeId: plan.config.nodeId, hub: runtime.hub, log }),
     })
     : undefined;
   const stopSharing = worker ? shareEgress(life.egress, worker.egressChannel) : () => {};

@@ -36,6 +36,7 @@ import {
 import { assembleServices } from "./services_assembly.ts";
 import { announce, bindListeners, checkBound } from "./bind_steps.ts";
 import { watchDescriptors } from "./descriptor_watch.ts";
+import { stopWhenRevoked } from "./revocation.ts";
 
 export type { EdgeOptions } from "./boot_context.ts";
 
@@ -75,6 +76,17 @@ export async function startEdge(
   const certs = await startCertificates(boot, life);
   const observer = await createObserver(boot, tracing, runtime.lines);
   const services = assembleServices(boot, life, { runtime, admin, adminGate, certs, observer });
+  const source = plan.config.runtime;
+  if (runtime.follower && source.kind === "remote") {
+    stopWhenRevoked({
+      follower: runtime.follower,
+      nodeId: plan.config.nodeId,
+      cacheDir: source.cacheDir,
+      graceSeconds: source.hub.graceSeconds,
+      drain: () => services.drain(),
+      log: boot.log,
+    });
+  }
   await bindListeners(boot, life, services);
   const actual = await checkBound(boot, life);
   life.arm();

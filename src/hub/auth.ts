@@ -30,16 +30,21 @@ import type { TLSSocket } from "node:tls";
 import { readRootedText, RootedReadError } from "../config/rooted_read.ts";
 import { describeIoError } from "../config/yaml_file.ts";
 import type { FailureKind } from "../request/errors.ts";
+import { peerSerial } from "./revocation.ts";
 
 /** The outcome of authenticating one request: accepted, or the failure to answer with. */
 export type AuthResult =
-  | { readonly ok: true }
+  | {
+    readonly ok: true;
+    /** Whether the credential this request presented has been revoked since (held polls ask). */
+    readonly revoked?: () => Promise<boolean>;
+  }
   | { readonly ok: false; readonly kind: AuthFailure };
 
 /** How the hub refuses a node; status and message are in the failure table (request/errors.ts). */
 export type AuthFailure = Extract<
   FailureKind,
-  "unauthenticated" | "wrong_node" | "ambiguous_certificate"
+  "unauthenticated" | "wrong_node" | "ambiguous_certificate" | "node_revoked"
 >;
 
 /** Authenticates a request that says it comes from `nodeId`. */
@@ -54,13 +59,25 @@ type Refusal = Extract<AuthResult, { ok: false }>;
 const REFUSED: Refusal = { ok: false, kind: "unauthenticated" };
 const WRONG_NODE: Refusal = { ok: false, kind: "wrong_node" };
 const AMBIGUOUS: Refusal = { ok: false, kind: "ambiguous_certificate" };
+const REVOKED: Refusal = { ok: false, kind: "node_revoked" };
 
-/** Mutual TLS: the peer certificate's one CN must be the node id, exactly. */
-export function certificateAuth(): NodeAuthenticator {
+/** What a certificate check consults: the fleet CA's revocations (none: nothing is revoked). */
+export interface RevocationCheck {
+  isRevoked(serial: string): boolean;
+}
+
+/**
+ * Mutual TLS: the peer certificate's one CN must be the node id, exactly, and its serial must not
+ * be revoked. A revoked certificate still proves who holds it, so its holder is told `node_revoked`
+ * (and nobody else can get that answer).
+ */
+export function certificateAuth(revocations?: RevocationCheck): NodeAuthenticator {
   return function authenticateCertificate(request, nodeId) {
-    const node = certificateNode(request.socket as TLSSocket);
+    const node = certificateNode(request.socket as TLSSocket, revocations);
     if (!node.ok) return Promise.resolve(node);
-    return Promise.resolve(node.node === nodeId ? { ok: true } : WRONG_NODE);
+    if (node.node !== nodeId) return Promise.resolve(WRONG_NODE);
+    const revoked = () => Promise.resolve(revocations?.isRevoked(node.serial) ?? false);
+    return Promise.resolve({ ok: true, revoked });
   };
 }
 
@@ -74,11 +91,15 @@ export function certificateAuth(): NodeAuthenticator {
  */
 export function certificateNode(
   socket: TLSSocket,
-): { readonly ok: true; readonly node: string } | Refusal {
+  revocations?: RevocationCheck,
+): { readonly ok: true; readonly node: string; readonly serial: string } | Refusal {
   if (!socket.authorized) return REFUSED;
-  const names = commonNamesOf(socket.getPeerCertificate()?.raw);
+  const raw = socket.getPeerCertificate()?.raw;
+  const names = commonNamesOf(raw);
   if (names.length !== 1) return AMBIGUOUS;
-  return { ok: true, node: names[0] };
+  const serial = peerSerial(raw);
+  if (revocations?.isRevoked(serial)) return REVOKED;
+  return { ok: true, node: names[0], serial };
 }
 
 /**
@@ -119,7 +140,17 @@ export function tokenAuth(
     const entry = await book.lookup(nodeId);
     const presented = book.digest(match?.[1] ?? "");
     const same = timingSafeEqual(presented, entry.digest);
-    return same && entry.known && match !== null ? { ok: true } : REFUSED;
+    // Always a second comparison, against the node's last removed token or the dummy's.
+    const retired = timingSafeEqual(presented, entry.retired);
+    if (match === null) return REFUSED;
+    if (same && entry.known) {
+      const revoked = async () => {
+        const now = await book.lookup(nodeId);
+        return now.wasKnown && timingSafeEqual(now.retired, presented);
+      };
+      return { ok: true, revoked };
+    }
+    return retired && entry.wasKnown ? REVOKED : REFUSED;
   };
 }
 
@@ -151,6 +182,12 @@ class TokenBook {
   /** What a node without a token is compared against: the digest of a random token. */
   readonly #dummy: Uint8Array;
   #digests = new Map<string, Uint8Array>();
+  /**
+   * Each node's token removed (or replaced) since start: presenting it is `node_revoked`, an
+   * answer only a holder of the token can get. Kept in memory: a restarted hub answers such a
+   * token `unauthenticated`.
+   */
+  readonly #retired = new Map<string, Uint8Array>();
   #read?: { readonly mtime: number; readonly at: number; readonly seq: number };
   #pending?: { readonly mtime: number; readonly done: Promise<void> };
   #started = 0;
@@ -173,11 +210,22 @@ class TokenBook {
     return new Uint8Array(createHmac("sha256", this.#key).update(secret).digest());
   }
 
-  /** The node's digest, or the dummy's (`known: false`) — after the same work either way. */
-  async lookup(nodeId: string): Promise<{ digest: Uint8Array; known: boolean }> {
+  /**
+   * The node's digest, or the dummy's (`known: false`), and its last removed token's digest, or
+   * the dummy's (`wasKnown: false`) — after the same work either way.
+   */
+  async lookup(
+    nodeId: string,
+  ): Promise<{ digest: Uint8Array; known: boolean; retired: Uint8Array; wasKnown: boolean }> {
     await this.#refresh();
     const digest = this.#digests.get(nodeId);
-    return { digest: digest ?? this.#dummy, known: digest !== undefined };
+    const retired = this.#retired.get(nodeId);
+    return {
+      digest: digest ?? this.#dummy,
+      known: digest !== undefined,
+      retired: retired ?? this.#dummy,
+      wasKnown: retired !== undefined,
+    };
   }
 
   async #refresh(): Promise<void> {
@@ -220,6 +268,10 @@ class TokenBook {
       refusals.push(`Cannot read the tokens folder: ${describeIoError(error)}; no node can`);
     }
     if (this.#read && this.#read.seq > seq) return; // a later read finished first
+    for (const [nodeId, before] of this.#digests) {
+      const now = digests.get(nodeId);
+      if (!now || !timingSafeEqual(now, before)) this.#retired.set(nodeId, before);
+    }
     this.#digests = digests;
     this.#read = { mtime, at, seq };
     for (const refusal of refusals) {

@@ -21,6 +21,7 @@ import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.
 import { validateFile } from "../config/validate.ts";
 import { readYaml, type YamlFile } from "../config/yaml_file.ts";
 import { isPoolFile, type PoolConfig, poolGrants, resolvePoolConfig } from "../torpool/config.ts";
+import { type CaFiles, caFiles } from "../trust/ca.ts";
 import { type HubConfigInput, HubConfigSchema } from "./schema.ts";
 
 /** A hub config, validated and resolved. */
@@ -41,6 +42,10 @@ export interface HubConfig {
     /** Nodes allowed to follow; undefined allows every node that authenticates. */
     readonly nodes?: readonly string[];
   };
+  /** The fleet CA (`ca`): its files, and the lifetime of the certificates it signs. */
+  readonly ca?: { readonly files: CaFiles; readonly lifetimeDays: number };
+  /** How often revocations (the CRL, removed token files) are looked for. */
+  readonly revocationReloadMs: number;
   readonly health: readonly ListenerAddress[];
   /** The SOCKS5-in-mutual-TLS relay (`transport.socks5_tls`), paths resolved. */
   readonly socks5Tls?: HubTlsListener;
@@ -115,17 +120,21 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
   const report: Report = (path, message, value) =>
     problems.push({ file, path, value, message, at: source.locate(path) });
   checkNodeAuthentication(raw.api, report);
+  checkClientCas(raw, report);
   const listeners = hubListeners(raw, resolve);
   checkListeners(listeners, report);
   checkPool(raw, listeners, report);
   if (problems.length > 0) throw new ConfigError(problems);
+  const ca = raw.ca && { files: caFiles(resolve(raw.ca.dir)), lifetimeDays: raw.ca.lifetime_days };
+  const clientCa = (written: string | undefined) =>
+    written === undefined ? ca!.files.rootCert : resolve(written);
   const tlsListener = (role: typeof TRANSPORTS[number]): HubTlsListener | undefined => {
     const written = raw.transport?.[role];
     return written && {
       listen: addressesOf(listeners, role)[0],
       certFile: resolve(written.cert_file),
       keyFile: resolve(written.key_file),
-      clientCaFile: resolve(written.client_ca_file),
+      clientCaFile: clientCa(written.client_ca_file),
     };
   };
   return {
@@ -139,11 +148,13 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
       tls: raw.api.tls && {
         certFile: resolve(raw.api.tls.cert_file),
         keyFile: resolve(raw.api.tls.key_file),
-        clientCaFile: resolve(raw.api.tls.client_ca_file),
+        clientCaFile: clientCa(raw.api.tls.client_ca_file),
       },
       tokensDir: raw.api.tokens_dir === undefined ? undefined : resolve(raw.api.tokens_dir),
       nodes: raw.api.nodes,
     },
+    ca,
+    revocationReloadMs: raw.revocation.reload_ms,
     health: addressesOf(listeners, "health"),
     socks5Tls: tlsListener("socks5_tls"),
     httpsTunnel: tlsListener("https_tunnel"),
@@ -182,6 +193,29 @@ function checkNodeAuthentication(api: HubConfigInput["api"], report: Report): vo
       ["api", "tokens_dir"],
       "With api.tls nodes authenticate by certificate; drop tokens_dir",
     );
+  }
+}
+
+/** Every mutual-TLS listener names the CA its clients chain to, unless the fleet CA is the one. */
+function checkClientCas(raw: HubConfigInput, report: Report): void {
+  if (raw.ca && !raw.api.tls) {
+    report(["ca"], "The fleet CA registers nodes over TLS: set api.tls (cert_file, key_file)");
+  }
+  if (raw.ca) return;
+  const written: [(string | number)[], { client_ca_file?: string } | undefined][] = [
+    [["api", "tls"], raw.api.tls],
+    ...TRANSPORTS.map((role): [(string | number)[], { client_ca_file?: string } | undefined] => [
+      ["transport", role],
+      raw.transport?.[role],
+    ]),
+  ];
+  for (const [path, tls] of written) {
+    if (tls && tls.client_ca_file === undefined) {
+      report(
+        [...path, "client_ca_file"],
+        "Set client_ca_file (the CA nodes' certificates chain to), or ca (the hub's fleet CA)",
+      );
+    }
   }
 }
 
@@ -307,13 +341,16 @@ export function hubGrants(config: HubConfig): Grant[] {
   grants.push({ name: "read", value: config.runtimeDir, purpose: "runtime folder" });
   const tls = config.api.tls;
   for (const file of tls ? [tls.certFile, tls.keyFile, tls.clientCaFile] : []) {
+    if (config.ca && file === config.ca.files.rootCert) continue; // the CA's grants name it
     grants.push({ name: "read", value: file, purpose: "hub TLS files" });
   }
   if (config.api.tokensDir) {
     grants.push({ name: "read", value: config.api.tokensDir, purpose: "node tokens folder" });
   }
+  if (config.ca) grants.push(...caGrants(config.ca.files));
   for (const { role, listener } of transports) {
     for (const file of [listener.certFile, listener.keyFile, listener.clientCaFile]) {
+      if (config.ca && file === config.ca.files.rootCert) continue;
       grants.push({ name: "read", value: file, purpose: `hub ${role} TLS files` });
     }
   }
@@ -328,4 +365,23 @@ export function hubGrants(config: HubConfig): Grant[] {
     grants.push({ ...grant, purpose: `embedded Tor pool: ${grant.purpose}` });
   }
   return [...grants, ...CODE_GRANTS];
+}
+
+/**
+ * What a hub with the fleet CA reads and writes: the root certificate and the intermediate (its
+ * key a secret) and the CRL, read; `issued/` (the record of what was signed) and `secrets/` (one
+ * registration secret per node, removed when spent), read and written. Not `root.key`: the hub
+ * runs without it.
+ */
+function caGrants(files: CaFiles): Grant[] {
+  const purpose = "fleet CA";
+  return [
+    ...[files.rootCert, files.intermediateCert, files.intermediateKey, files.crl].map((
+      value,
+    ): Grant => ({ name: "read", value, purpose })),
+    ...[files.issuedDir, files.secretsDir].flatMap((value): Grant[] => [
+      { name: "read", value, purpose },
+      { name: "write", value, purpose },
+    ]),
+  ];
 }

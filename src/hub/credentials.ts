@@ -10,7 +10,12 @@ import type https from "node:https";
 import { BootError } from "../boot/boot_error.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
 import { describeIoError } from "../config/yaml_file.ts";
-import { certificateAuth, type NodeAuthenticator, tokenAuth } from "./auth.ts";
+import {
+  certificateAuth,
+  type NodeAuthenticator,
+  type RevocationCheck,
+  tokenAuth,
+} from "./auth.ts";
 import type { HubConfig } from "./config.ts";
 import { HttpsTunnel } from "./https_tunnel.ts";
 import { type PoolPorts, SocksRelay, staticPool } from "./socks_relay.ts";
@@ -30,6 +35,7 @@ export interface ApiCredentials {
 export async function readApiCredentials(
   config: HubConfig,
   log: (line: string) => void,
+  revocations?: RevocationCheck,
 ): Promise<ApiCredentials> {
   try {
     if (!config.api.tls) return { authenticate: tokenAuth(config.api.tokensDir!, { log }) };
@@ -39,10 +45,12 @@ export async function readApiCredentials(
       key: await readNamedFile(keyFile, "api.tls.key_file", { maxBytes: 1 << 20, secret: true }),
       ca: await readNamedFile(clientCaFile, "api.tls.client_ca_file", { maxBytes: 1 << 20 }),
       requestCert: true,
-      rejectUnauthorized: true,
+      // With the fleet CA a node registers before it has a certificate: the handshake lets it in,
+      // and every route but registration refuses a connection the CA did not authorize.
+      rejectUnauthorized: config.ca === undefined,
       minVersion: "TLSv1.2",
     };
-    return { authenticate: certificateAuth(), tls };
+    return { authenticate: certificateAuth(revocations), tls };
   } catch (error) {
     throw new BootError([`Cannot read the hub's TLS files: ${describeIoError(error)}`]);
   }
@@ -58,6 +66,7 @@ export async function makeRelay(
   config: HubConfig,
   pool: PoolPorts | undefined,
   log: (line: string) => void,
+  revocations?: RevocationCheck,
 ): Promise<SocksRelay | undefined> {
   const relay = config.socks5Tls;
   if (!relay) return undefined;
@@ -72,6 +81,7 @@ export async function makeRelay(
         ca: await read(relay.clientCaFile, "client_ca_file"),
       },
       nodes: config.api.nodes,
+      revocations,
       timeoutMs: config.timeouts.headerMs,
       log,
     });
@@ -96,6 +106,7 @@ export async function makeTunnel(
   config: HubConfig,
   pool: PoolPorts | undefined,
   log: (line: string) => void,
+  revocations?: RevocationCheck,
 ): Promise<TunnelEndpoint | undefined> {
   const endpoint = config.httpsTunnel;
   if (!endpoint) return undefined;
@@ -113,6 +124,7 @@ export async function makeTunnel(
     const tunnel = new HttpsTunnel({
       pool: pool ?? staticPool(config.pool!.hostname, config.pool!.ports),
       nodes: config.api.nodes,
+      revocations,
       timeoutMs: config.timeouts.headerMs,
       log,
     });

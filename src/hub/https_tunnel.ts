@@ -32,7 +32,7 @@ import { WebSocketStream } from "../egress/ws_stream.ts";
 import { type FailureKind, failureReply } from "../request/errors.ts";
 import { requestIdFor } from "../request/request_id.ts";
 import { renderHead, writeRawReply } from "../server/raw_reply.ts";
-import { certificateNode, NODE_ID } from "./auth.ts";
+import { certificateNode, NODE_ID, type RevocationCheck } from "./auth.ts";
 import type { HubRoute } from "./listeners.ts";
 import type { PoolPorts } from "./socks_relay.ts";
 import { pipeToPool, PortStreams } from "./pool_pipe.ts";
@@ -47,6 +47,8 @@ export interface HttpsTunnelOptions {
   readonly pool: PoolPorts;
   /** Nodes allowed (`api.nodes`); undefined allows every node the CA signed. */
   readonly nodes?: readonly string[];
+  /** The fleet CA's revocations: a revoked certificate is refused like an unknown one. */
+  readonly revocations?: RevocationCheck;
   /** Time allowed for the dial op after the upgrade, and for the connect to the pool instance. */
   readonly timeoutMs: number;
   /** The largest WebSocket frame payload accepted (default 1 MiB). */
@@ -182,7 +184,7 @@ export class HttpsTunnel {
 
   /** Why the certificate's node may not tunnel, if it may not. */
   #refuseNode(socket: TLSSocket): Refused | undefined {
-    const node = certificateNode(socket);
+    const node = certificateNode(socket, this.#options.revocations);
     if (!node.ok) return { kind: node.kind, reason: "node" };
     const allowed = this.#options.nodes;
     if (!NODE_ID.test(node.node)) return { kind: "unauthenticated", reason: "node" };

@@ -48,6 +48,7 @@ import { HubListeners, type HubRoute, type ListenerSpec, TlsRefusals } from "./l
 import { HubRoutes, type NodeRecord } from "./routes.ts";
 import type { PoolPorts, SocksRelay } from "./socks_relay.ts";
 import { type EmbeddedPool, startEmbeddedPool } from "./embedded_pool.ts";
+import { type FleetTrust, loadFleetTrust } from "./fleet_trust.ts";
 import type { TorPool } from "../torpool/supervisor.ts";
 
 export type { NodeRecord } from "./routes.ts";
@@ -66,6 +67,8 @@ export interface Hub {
   readonly torpool?: TorPool;
   /** Reads the folder now. */
   reload(): Promise<OfferOutcome>;
+  /** Looks for revocations now (the CRL, removed tokens), as the timer does. */
+  lookForRevocations(): Promise<void>;
   /** Releases held polls, closes every listener. */
   close(): Promise<void>;
   readonly finished: Promise<void>;
@@ -100,11 +103,14 @@ export async function startHub(
   let relay: SocksRelay | undefined;
   let tunnel: TunnelEndpoint | undefined;
   let embedded: EmbeddedPool | undefined;
+  let trust: FleetTrust;
   try {
-    credentials = await readApiCredentials(config, log);
+    trust = await loadFleetTrust(config, log);
+    const { revocations } = trust;
+    credentials = await readApiCredentials(config, log, revocations);
     if (config.torpool && !options.pool) embedded = await startEmbeddedPool(config.torpool, log);
-    relay = await makeRelay(config, options.pool ?? embedded?.ports, log);
-    tunnel = await makeTunnel(config, options.pool ?? embedded?.ports, log);
+    relay = await makeRelay(config, options.pool ?? embedded?.ports, log, revocations);
+    tunnel = await makeTunnel(config, options.pool ?? embedded?.ports, log, revocations);
   } catch (error) {
     reloader.stop();
     await embedded?.close();
@@ -113,8 +119,17 @@ export async function startHub(
   const refusals = new TlsRefusals(log);
   const { authenticate, tls } = credentials;
   const pool = poolView(options.pool ?? embedded?.ports, embedded?.pool, config);
-  const routes = new HubRoutes({ config, store, feed, reloader, authenticate, refusals, pool });
-  const listeners = new HubListeners(listenerSpecs(config, routes, { tls, relay, tunnel }), {
+  const routes = new HubRoutes({
+    config,
+    store,
+    feed,
+    reloader,
+    authenticate,
+    refusals,
+    pool,
+    ...trust,
+  });
+  const listeners = new HubListeners(listenerSpecs(config, routes, { tls, relay, tunnel, trust }), {
     timeouts: config.timeouts,
     refusals,
   });
@@ -127,6 +142,7 @@ export async function startHub(
     throw error;
   }
   listeners.arm();
+  trust.revocations.start();
   for (const { role, address } of actual) {
     const auth = (role === "api" && tls) || role === "socks5_tls" || role === "https_tunnel"
       ? " (mutual TLS)"
@@ -145,6 +161,7 @@ export async function startHub(
     relay,
     tunnel: tunnel?.tunnel,
     embedded,
+    trust,
   });
 }
 
@@ -206,12 +223,13 @@ function listenerSpecs(
     readonly tls: https.ServerOptions | undefined;
     readonly relay: SocksRelay | undefined;
     readonly tunnel: TunnelEndpoint | undefined;
+    readonly trust: FleetTrust;
   },
 ): ListenerSpec[] {
-  const { tls, relay, tunnel } = parts;
+  const { tls, relay, tunnel, trust } = parts;
   const api: HubRoute = (request, response, id) => routes.api(request, response, id);
   const health: HubRoute = (request, response, id) => routes.health(request, response, id);
-  const byCertificate = certificateAuth();
+  const byCertificate = certificateAuth(trust.revocations);
   const tunnelApi = tunnelRoute((request, response, id) =>
     routes.api(request, response, id, byCertificate)
   );
@@ -248,8 +266,10 @@ function runningHub(parts: {
   readonly relay?: SocksRelay;
   readonly tunnel?: HttpsTunnel;
   readonly embedded?: EmbeddedPool;
+  readonly trust: FleetTrust;
 }): Hub {
-  const { store, feed, reloader, routes, listeners, actual, relay, tunnel, embedded } = parts;
+  const { store, feed, reloader, routes, listeners, actual, relay, tunnel, embedded, trust } =
+    parts;
   let resolveFinished!: () => void;
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
   let closing: Promise<void> | undefined;
@@ -262,9 +282,11 @@ function runningHub(parts: {
     torpool: embedded?.pool,
     listeners: actual.map(({ role, address }) => ({ role, address: formatAddress(address) })),
     reload: () => reloader.reload(),
+    lookForRevocations: () => trust.revocations.look(),
     close() {
       closing ??= (async () => {
         reloader.stop();
+        trust.revocations.stop();
         routes.stop();
         feed.close();
         await listeners.close();

@@ -15,7 +15,9 @@ import type { RuntimeReloader } from "../live/runtime_watch.ts";
 import { formatPath } from "../config/problems.ts";
 import { type FailureKind, failureReply } from "../request/errors.ts";
 import { jsonReply, type Reply } from "../request/reply.ts";
-import { NODE_ID, type NodeAuthenticator } from "./auth.ts";
+import { type AuthResult, NODE_ID, type NodeAuthenticator } from "./auth.ts";
+import type { Enrolment } from "./enrolment.ts";
+import type { Revocations } from "./revocation.ts";
 import type { HubConfig } from "./config.ts";
 import type { ConfigFeed } from "./feed.ts";
 import type { TlsRefusals } from "./listeners.ts";
@@ -45,6 +47,16 @@ export interface HubRoutesOptions {
   readonly pool?: () => readonly { port: number; latencyMs?: number | null; errors?: number }[];
   /** The listeners' count of refused TLS handshakes, shown in status. */
   readonly refusals: TlsRefusals;
+  /** What is revoked; each look ends the held polls of nodes revoked since they were admitted. */
+  readonly revocations: Revocations;
+  /** Registration and renewal, with the fleet CA (`ca`). */
+  readonly enrolment?: Enrolment;
+}
+
+/** A poll being held, and how to learn whether its credential was revoked meanwhile. */
+interface HeldPoll {
+  readonly revoked: () => Promise<boolean>;
+  readonly end: () => void;
 }
 
 /** The hub's routes and the state they share: the nodes seen, and the signal that stops holds. */
@@ -52,10 +64,19 @@ export class HubRoutes {
   readonly nodes = new Map<string, NodeRecord>();
   readonly #options: HubRoutesOptions;
   readonly #stopping = new AbortController();
+  readonly #held = new Set<HeldPoll>();
 
   /** @param options the generations, feed, reloader and authenticator the routes serve from */
   constructor(options: HubRoutesOptions) {
     this.#options = options;
+    options.revocations.onLook(() => void this.#endRevoked());
+  }
+
+  /** Ends every held poll whose credential has been revoked (it is answered `node_revoked`). */
+  async #endRevoked(): Promise<void> {
+    for (const poll of [...this.#held]) {
+      if (await poll.revoked()) poll.end();
+    }
   }
 
   /** Releases every held poll (the hub is stopping). */
@@ -71,6 +92,7 @@ export class HubRoutes {
       ...configStatus(store, (p) => formatPath(p.path)),
       held_polls: feed.waiting,
       tls_refused: refusals.count,
+      revocation: this.#options.revocations.status(),
       nodes: [...this.nodes.values()],
     };
   }
@@ -88,10 +110,41 @@ export class HubRoutes {
   ): Promise<Reply | undefined> {
     const url = new URL(request.url ?? "/", "http://hub");
     if (url.pathname === "/healthz" && isRead(request)) return jsonReply({ status: "ok" });
-    const refusal = await this.#refusePoll(request, url, authenticate);
+    const enrolment = this.#options.enrolment;
+    if (enrolment && url.pathname.startsWith("/v1/nodes/")) {
+      return await this.#enrol(enrolment, request, url, requestId, authenticate);
+    }
+    const auth: { result?: AuthResult } = {};
+    const refusal = await this.#refusePoll(request, url, authenticate, auth);
     if (refusal) return failureReply(refusal, requestId);
     if (url.pathname === "/v1/pool") return jsonReply({ backends: this.#options.pool?.() ?? [] });
-    return await this.#answerPoll(url, response);
+    return await this.#answerPoll(url, response, requestId, auth.result);
+  }
+
+  /**
+   * `POST /v1/nodes/register` (a secret, no certificate) and `POST /v1/nodes/renew` (a node
+   * authenticated by its certificate, `?node_id=`, allowed by `api.nodes`).
+   */
+  async #enrol(
+    enrolment: Enrolment,
+    request: IncomingMessage,
+    url: URL,
+    requestId: string,
+    authenticate: NodeAuthenticator,
+  ): Promise<Reply> {
+    const path = url.pathname;
+    if (path !== "/v1/nodes/register" && path !== "/v1/nodes/renew") {
+      return failureReply("route_not_allowed", requestId);
+    }
+    if (request.method !== "POST") return failureReply("method_not_allowed", requestId);
+    if (path === "/v1/nodes/register") return await enrolment.register(request, requestId);
+    const nodeId = url.searchParams.get("node_id") ?? "";
+    if (!NODE_ID.test(nodeId)) return failureReply("bad_node_id", requestId);
+    const auth = await authenticate(request, nodeId);
+    if (!auth.ok) return failureReply(auth.kind, requestId);
+    const allowed = this.#options.config.api.nodes;
+    if (allowed && !allowed.includes(nodeId)) return failureReply("node_not_allowed", requestId);
+    return await enrolment.renew(request, requestId, nodeId);
   }
 
   /** The health listener (loopback): `/healthz`, status, nodes, and reload on POST. */
@@ -122,6 +175,7 @@ export class HubRoutes {
     request: IncomingMessage,
     url: URL,
     authenticate: NodeAuthenticator,
+    out: { result?: AuthResult },
   ): Promise<FailureKind | undefined> {
     const pool = url.pathname === "/v1/pool" && this.#options.pool !== undefined;
     if (url.pathname !== "/v1/config/stream" && !pool) return "route_not_allowed";
@@ -130,6 +184,7 @@ export class HubRoutes {
     if (!NODE_ID.test(nodeId)) return "bad_node_id";
     const auth = await authenticate(request, nodeId);
     if (!auth.ok) return auth.kind;
+    out.result = auth;
     const allowed = this.#options.config.api.nodes;
     if (allowed && !allowed.includes(nodeId)) return "node_not_allowed";
     return undefined;
@@ -137,9 +192,15 @@ export class HubRoutes {
 
   /**
    * Records an admitted poll's node and answers it from the feed, held unless `wait=0`; no reply
-   * when the client went away while it was held.
+   * when the client went away while it was held, `node_revoked` when its credential was revoked
+   * while it was held.
    */
-  async #answerPoll(url: URL, response: ServerResponse): Promise<Reply | undefined> {
+  async #answerPoll(
+    url: URL,
+    response: ServerResponse,
+    requestId: string,
+    auth: AuthResult | undefined,
+  ): Promise<Reply | undefined> {
     const nodeId = url.searchParams.get("node_id")!;
     const have = url.searchParams.get("have") ?? "";
     const hold = url.searchParams.get("wait") === "0" ? 0 : this.#options.config.holdMs;
@@ -151,12 +212,21 @@ export class HubRoutes {
     const gone = new AbortController();
     const onClose = () => gone.abort();
     response.once("close", onClose);
-    const signal = AbortSignal.any([gone.signal, this.#stopping.signal]);
+    const revoked = new AbortController();
+    const held: HeldPoll = {
+      revoked: auth?.ok && auth.revoked ? auth.revoked : () => Promise.resolve(false),
+      end: () => revoked.abort(),
+    };
+    this.#held.add(held);
+    const signal = AbortSignal.any([gone.signal, this.#stopping.signal, revoked.signal]);
     const answer = await this.#options.feed.answer(have, hold, signal);
+    this.#held.delete(held);
     response.off("close", onClose);
     record.holding = false;
+    if (gone.signal.aborted) return undefined;
+    if (revoked.signal.aborted) return failureReply("node_revoked", requestId);
     record.served_generation = answer.generation;
-    return gone.signal.aborted ? undefined : jsonReply(answer);
+    return jsonReply(answer);
   }
 }
 

@@ -25,8 +25,11 @@ const Api = v.strictObject({
   tls: v.optional(v.strictObject({
     cert_file: Text,
     key_file: Text,
-    /** Client certificates must chain to this CA and carry the node id as their CN. */
-    client_ca_file: Text,
+    /**
+     * Client certificates must chain to this CA and carry the node id as their CN (default with
+     * `ca`: the fleet root, `<ca.dir>/root.crt`).
+     */
+    client_ca_file: v.optional(Text),
   })),
   /** Without TLS: `<node_id>.token` per node in this folder, sent as `Authorization: Bearer`. */
   tokens_dir: v.optional(Text),
@@ -42,8 +45,11 @@ const Socks5Tls = v.strictObject({
   listen: v.strictObject({ hostname: IpLiteral, port: Port }),
   cert_file: Text,
   key_file: Text,
-  /** Client certificates must chain to this CA; their one CN is the node id (`api.nodes` applies). */
-  client_ca_file: Text,
+  /**
+   * Client certificates must chain to this CA; their one CN is the node id (`api.nodes` applies).
+   * Default with `ca`: the fleet root.
+   */
+  client_ca_file: v.optional(Text),
 });
 
 /**
@@ -54,8 +60,11 @@ const HttpsTunnel = v.strictObject({
   listen: v.strictObject({ hostname: IpLiteral, port: Port }),
   cert_file: Text,
   key_file: Text,
-  /** Client certificates must chain to this CA; their one CN is the node id (`api.nodes` applies). */
-  client_ca_file: Text,
+  /**
+   * Client certificates must chain to this CA; their one CN is the node id (`api.nodes` applies).
+   * Default with `ca`: the fleet root.
+   */
+  client_ca_file: v.optional(Text),
 });
 
 /**
@@ -81,6 +90,24 @@ const Pool = v.pipe(
   ),
 );
 
+/**
+ * The fleet's certificate authority (made by `portcullis hub init-ca`): the hub signs nodes'
+ * certificates from its intermediate (the root key may be kept offline), registers nodes with
+ * one-time secrets, and refuses certificates its CRL revokes.
+ */
+const Ca = v.strictObject({
+  /** The folder `init-ca` made: certificates, the intermediate's key, the CRL, issued/, secrets/. */
+  dir: Text,
+  /** How long a node certificate is valid. */
+  lifetime_days: v.optional(wholeNumber(1, 3650), 365),
+});
+
+/** How often revocations are looked for (the CRL, removed token files), besides on change. */
+const Revocation = v.optional(
+  v.strictObject({ reload_ms: v.optional(wholeNumber(100, 3_600_000), 60_000) }),
+  {},
+);
+
 /** The hub config schema. */
 export const HubConfigSchema = v.strictObject({
   /** Marks the file as a hub's. */
@@ -91,6 +118,8 @@ export const HubConfigSchema = v.strictObject({
   /** Reload the folder when it changes. */
   runtime: RuntimeWatch,
   api: Api,
+  ca: v.optional(Ca),
+  revocation: Revocation,
   /** Local operations (`/healthz`, `/v1/config`, `/v1/nodes`, reload): loopback only. */
   health: v.optional(v.strictObject({ listen: Listeners })),
   /** How edges reach the pool (remote mode's egress). */

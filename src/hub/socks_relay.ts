@@ -24,7 +24,7 @@
  * @module
  */
 import tls from "node:tls";
-import { certificateNode, NODE_ID } from "./auth.ts";
+import { certificateNode, NODE_ID, type RevocationCheck } from "./auth.ts";
 import { pipeToPool, PortStreams } from "./pool_pipe.ts";
 
 /** The pool the relay serves: its host and current ports, and where load is reported. */
@@ -73,6 +73,8 @@ export interface SocksRelayOptions {
   readonly tls: { readonly cert: string; readonly key: string; readonly ca: string };
   /** Nodes allowed (`api.nodes`); undefined allows every node the CA signed. */
   readonly nodes?: readonly string[];
+  /** The fleet CA's revocations: a revoked certificate is refused like an unknown one. */
+  readonly revocations?: RevocationCheck;
   /** Time allowed for the TLS handshake, and for the connect to the pool instance. */
   readonly timeoutMs: number;
   /** Where refusals are logged (at most once a minute per reason). */
@@ -141,7 +143,7 @@ export class SocksRelay {
     if (port === undefined || !this.#options.pool.ports().includes(port)) {
       return this.#refuse(socket, "alpn", `ALPN ${JSON.stringify(socket.alpnProtocol)}`);
     }
-    const node = certificateNode(socket);
+    const node = certificateNode(socket, this.#options.revocations);
     const allowed = this.#options.nodes;
     if (!node.ok || !NODE_ID.test(node.node) || (allowed && !allowed.includes(node.node))) {
       const who = node.ok ? `node ${JSON.stringify(node.node)}` : node.kind;

@@ -94,15 +94,43 @@ export async function hubHttpClient(
  * and message (else the body's first 200 characters).
  */
 export function readAnswer(status: number, text: string): Answer {
-  if (status !== 200) {
-    let detail = text.slice(0, 200);
-    try {
-      const error = JSON.parse(text).error;
-      detail = `${error.code}: ${error.message}`;
-    } catch { /* not an envelope */ }
-    throw new Error(`the hub answered ${status} (${detail})`);
-  }
+  if (status !== 200) throw readAnswerError(status, text);
   return JSON.parse(text) as Answer;
+}
+
+/** The hub answered with an error: its status and, from the envelope, its code. */
+export class HubRefusal extends Error {
+  /** The HTTP status. */
+  readonly status: number;
+  /** The envelope's code (`node_revoked`, `unauthenticated`, ...), or "" when there was none. */
+  readonly code: string;
+
+  /**
+   * @param status the HTTP status
+   * @param code the envelope's code, or ""
+   * @param detail what the log says after the status
+   */
+  constructor(status: number, code: string, detail: string) {
+    super(`the hub answered ${status} (${detail})`);
+    this.name = "HubRefusal";
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/**
+ * The error for a hub's answer other than 200: status, and the envelope's code and message (else
+ * the body's first 200 characters).
+ */
+export function readAnswerError(status: number, text: string): HubRefusal {
+  let detail = text.slice(0, 200);
+  let code = "";
+  try {
+    const error = JSON.parse(text).error;
+    if (typeof error?.code === "string") code = error.code;
+    detail = `${error.code}: ${error.message}`;
+  } catch { /* not an envelope */ }
+  return new HubRefusal(status, code, detail);
 }
 
 /**

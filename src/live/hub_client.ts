@@ -28,8 +28,10 @@ import {
   type Base,
   describeHubFailure,
   hubHttpClient,
+  HubRefusal,
   receiveSet,
 } from "./hub_answer.ts";
+import type { CertificateRenewal } from "./enrol.ts";
 import { FollowedCache } from "./hub_cache.ts";
 import { reportOutcome } from "./runtime_watch.ts";
 
@@ -41,6 +43,11 @@ export interface HubFollower {
   status(): Record<string, unknown>;
   /** Stops following (idempotent). */
   stop(): void;
+  /**
+   * Calls `callback` once if the hub says this node is revoked (`node_revoked`); the follower has
+   * stopped by then and does not ask again.
+   */
+  whenRevoked(callback: (reason: string) => void): void;
 }
 
 /** What following needs besides the store. */
@@ -51,6 +58,8 @@ export interface FollowOptions {
   readonly log: (line: string) => void;
   /** Jitter source (tests inject one). */
   readonly random?: () => number;
+  /** Renews a fleet certificate; after each renewal the next poll connects with the new one. */
+  readonly renewal?: CertificateRenewal;
 }
 
 /**
@@ -97,6 +106,8 @@ class Follower implements HubFollower {
   #holding = false;
   #urgent: Urgent[] = [];
   readonly #cache: FollowedCache;
+  #revoked: { at: string; reason: string } | undefined;
+  #onRevoked: ((reason: string) => void) | undefined;
 
   /**
    * @param store the edge's generations
@@ -109,9 +120,18 @@ class Follower implements HubFollower {
     this.#cache = new FollowedCache(options.cacheDir, options.log);
   }
 
-  /** Starts the poll loop (it runs until {@link stop}). */
+  /** Starts the poll loop (it runs until {@link stop}) and the renewal checks. */
   start(): void {
     this.#run();
+    this.#options.renewal?.start(() => {
+      this.#client?.close();
+      this.#client = undefined;
+    });
+  }
+
+  whenRevoked(callback: (reason: string) => void): void {
+    this.#onRevoked = callback;
+    if (this.#revoked) callback(this.#revoked.reason);
   }
 
   /** Asks now: cuts a held poll or a backoff short, and waits for the answer the loop gets. */
@@ -133,6 +153,8 @@ class Follower implements HubFollower {
       last_contact: this.#lastContact ?? null,
       last_error: this.#lastError ?? null,
       failures: this.#failures,
+      revoked: this.#revoked ?? null,
+      renewal: this.#options.renewal?.status() ?? null,
       retry_at: this.#retryAt === undefined ? null : new Date(this.#retryAt).toISOString(),
       received_hash: this.#base?.hash ?? null,
       cache: this.#cache.status(),
@@ -144,6 +166,7 @@ class Follower implements HubFollower {
   /** Stops following: the loop ends after the poll or sleep it is in is aborted. */
   stop(): void {
     this.#stopped = true;
+    this.#options.renewal?.stop();
     this.#current?.abort();
   }
 
@@ -179,9 +202,23 @@ class Follower implements HubFollower {
     } catch (error) {
       this.#holding = false;
       if (this.#stopped) return;
+      if (error instanceof HubRefusal && error.code === "node_revoked") {
+        return this.#revoke(error.message);
+      }
       if (current.signal.aborted && this.#urgent.length > 0 && wait) return;
       await this.#backOff(error, current.signal);
     }
+  }
+
+  /** The hub says this node is revoked: stop asking, and tell whoever stops the edge. */
+  #revoke(message: string): void {
+    this.#revoked = { at: new Date().toISOString(), reason: message };
+    this.#connected = false;
+    this.#options.log(
+      `portcullis: hub ${this.#options.hub.url}: this node is revoked (${message})`,
+    );
+    this.stop();
+    this.#onRevoked?.(message);
   }
 
   /** The hub answered: logs a reconnection, clears the failure count and the retry time. */

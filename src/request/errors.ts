@@ -46,6 +46,10 @@ export type FailureKind =
   | "wrong_node"
   | "ambiguous_certificate"
   | "node_not_allowed"
+  | "node_revoked"
+  | "registration_refused"
+  | "renewal_refused"
+  | "payload_not_json"
   | "internal";
 
 interface KindInfo {
@@ -167,6 +171,22 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "The client certificate must name exactly one node (one CN)",
   },
   node_not_allowed: { status: 403, source: "client", message: "This node may not follow the hub" },
+  node_revoked: {
+    status: 403,
+    source: "client",
+    message: "This node's credential was revoked; it must be provisioned again",
+  },
+  registration_refused: {
+    status: 403,
+    source: "client",
+    message: "The registration was refused",
+  },
+  renewal_refused: { status: 403, source: "client", message: "The renewal was refused" },
+  payload_not_json: {
+    status: 400,
+    source: "client",
+    message: "The request body is not a JSON object of the expected size",
+  },
   internal: { status: 500, source: "internal", message: "The hub could not answer" },
 };
 

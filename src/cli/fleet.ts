@@ -1,0 +1,171 @@
+/**
+ * The operator's fleet verbs, run beside (not inside) a hub, on its config:
+ *
+ * ```
+ * portcullis hub init-ca <hub.yaml> [--name <hub host or IP>]...
+ * portcullis hub add-node <hub.yaml> <node_id> [--type edge|door]
+ * portcullis hub revoke <hub.yaml> <node_id> [--reason <RFC 5280 reason, e.g. keyCompromise>]
+ * ```
+ *
+ * `init-ca` makes the fleet CA in `ca.dir` (a root, an intermediate, the hub's server certificate
+ * for each `--name`, an empty CRL); move `root.key` offline afterwards — the hub never reads it.
+ * `add-node` makes a node's one-time registration secret (with `ca`) or its token file (with
+ * `api.tokens_dir`). `revoke` adds every certificate issued to the node to the CRL (the running
+ * hub picks it up within `revocation.reload_ms`, at once when it sees the file change), or removes
+ * the node's token file.
+ *
+ * @module
+ */
+import { ConfigError } from "../config/problems.ts";
+import { readYaml } from "../config/yaml_file.ts";
+import { writeSecretFile } from "../trust/csr.ts";
+import { initCa } from "../trust/ca.ts";
+import { revokeNode } from "../trust/crl.ts";
+import { addNodeSecret } from "../trust/node_secrets.ts";
+import { NODE_ID } from "../hub/auth.ts";
+import { type HubConfig, isHubFile, loadHubConfig } from "../hub/config.ts";
+
+/** The fleet verbs, as `portcullis hub <verb>` takes them. */
+export const FLEET_VERBS: readonly string[] = ["init-ca", "add-node", "revoke"];
+
+/** Usage lines for the fleet verbs. */
+export const FLEET_USAGE = `       portcullis hub init-ca <hub.yaml> [--name <host or IP>]...
+       portcullis hub add-node <hub.yaml> <node_id> [--type edge|door]
+       portcullis hub revoke <hub.yaml> <node_id> [--reason keyCompromise|superseded|...]`;
+
+/**
+ * Runs one fleet verb.
+ *
+ * @param verb one of {@link FLEET_VERBS}
+ * @param args what follows the verb: the hub config, then the verb's operands and options
+ * @returns the exit status (2 for a usage error)
+ * @throws {ConfigError} when the hub config is invalid
+ */
+export async function runFleetVerb(verb: string, args: readonly string[]): Promise<number> {
+  const parsed = parseArgs(args);
+  if (typeof parsed === "string") return usage(parsed);
+  const { operands, options } = parsed;
+  const expected = verb === "init-ca" ? 1 : 2;
+  if (operands.length !== expected) {
+    return usage(`${verb} takes ${expected === 1 ? "<hub.yaml>" : "<hub.yaml> <node_id>"}`);
+  }
+  const config = await hubConfig(operands[0]);
+  if (typeof config === "string") return usage(config);
+  if (verb === "init-ca") return await initFleetCa(config, options.name ?? []);
+  const nodeId = operands[1];
+  if (!NODE_ID.test(nodeId)) {
+    return usage(`${JSON.stringify(nodeId)} is not a node id (1-63 letters, digits, . _ -)`);
+  }
+  if (verb === "add-node") {
+    const type = options.type?.at(-1) ?? "edge";
+    if (type !== "edge" && type !== "door") return usage(`--type is edge or door, not ${type}`);
+    return await addNode(config, nodeId, type);
+  }
+  return await revoke(config, nodeId, options.reason?.at(-1));
+}
+
+/** Makes the CA in `ca.dir`. */
+async function initFleetCa(config: HubConfig, names: readonly string[]): Promise<number> {
+  if (!config.ca) return refuse(`${config.file} has no ca: add ca: {dir: ...} first`);
+  if (names.length === 0) return usage("init-ca needs at least one --name (the hub's host or IP)");
+  const files = await initCa(config.ca.files.dir, { names });
+  console.log([
+    `portcullis: fleet CA made in ${files.dir}`,
+    `  root ${files.rootCert} (give it to nodes as hub.ca_file)`,
+    `  intermediate ${files.intermediateCert}; hub certificate ${files.hubCert} for ${
+      names.join(", ")
+    }`,
+    `  CRL ${files.crl}`,
+    `  move ${files.rootKey} offline: the hub runs with the intermediate only`,
+  ].join("\n"));
+  return 0;
+}
+
+/** Makes a node's registration secret (CA) or token file (tokens). */
+async function addNode(config: HubConfig, nodeId: string, type: "edge" | "door"): Promise<number> {
+  if (config.ca) {
+    const made = await addNodeSecret(config.ca.files.secretsDir, nodeId, type);
+    console.log(
+      `portcullis: registration secret for ${type} ${nodeId} written to ${made.file}\n` +
+        `  copy it to the node (mode 0600) as hub.register.secret_file; it works once`,
+    );
+    return 0;
+  }
+  const file = `${config.api.tokensDir}/${nodeId}.token`;
+  if (await exists(file)) return refuse(`${file} exists: revoke the node first`);
+  const token = Array.from(crypto.getRandomValues(new Uint8Array(32)), hex).join("");
+  await writeSecretFile(file, `${token}\n`);
+  console.log(
+    `portcullis: token for ${nodeId} written to ${file}\n` +
+      `  copy it to the node (mode 0600) as hub.token_file`,
+  );
+  return 0;
+}
+
+/** Revokes every certificate of the node (CA), or removes its token file (tokens). */
+async function revoke(config: HubConfig, nodeId: string, reason?: string): Promise<number> {
+  if (config.ca) {
+    const { serials } = await revokeNode(config.ca.files.dir, nodeId, reason);
+    console.log(
+      `portcullis: revoked ${serials.length} certificate(s) of ${nodeId} in ${config.ca.files.crl}` +
+        `\n  the hub stops it within revocation.reload_ms (at once when it sees the file change)`,
+    );
+    return 0;
+  }
+  const file = `${config.api.tokensDir}/${nodeId}.token`;
+  try {
+    await Deno.remove(file);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return refuse(`${file} does not exist`);
+    throw error;
+  }
+  console.log(`portcullis: removed ${file}; the hub stops ${nodeId} within revocation.reload_ms`);
+  return 0;
+}
+
+/** A hub config, or why the file is not one. */
+async function hubConfig(file: string): Promise<HubConfig | string> {
+  const source = await readYaml(file);
+  if (Array.isArray(source)) throw new ConfigError(source);
+  if (!isHubFile(source)) return `${file} is not a hub config (a hub config says role: hub)`;
+  return await loadHubConfig(source);
+}
+
+/** Operands and `--name value` options (repeatable), or what is wrong with them. */
+function parseArgs(
+  args: readonly string[],
+): { operands: string[]; options: Record<string, string[]> } | string {
+  const operands: string[] = [];
+  const options: Record<string, string[]> = {};
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    if (!arg.startsWith("--")) {
+      operands.push(arg);
+      continue;
+    }
+    const name = arg.slice(2);
+    if (!["name", "type", "reason"].includes(name)) return `Unknown option ${arg}`;
+    if (i + 1 >= args.length) return `${arg} needs a value`;
+    (options[name] ??= []).push(args[++i]);
+  }
+  return { operands, options };
+}
+
+function usage(message: string): number {
+  console.error(`portcullis: ${message}`);
+  console.error(`usage: ${FLEET_USAGE.trimStart()}`);
+  return 2;
+}
+
+function refuse(message: string): number {
+  console.error(`portcullis: ${message}`);
+  return 1;
+}
+
+async function exists(path: string): Promise<boolean> {
+  return await Deno.lstat(path).then(() => true, () => false);
+}
+
+function hex(byte: number): string {
+  return byte.toString(16).padStart(2, "0");
+}

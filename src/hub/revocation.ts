@@ -1,0 +1,184 @@
+/**
+ * What the hub has revoked: the fleet CA's CRL (the serials of certificates `portcullis hub revoke`
+ * withdrew), read at boot, then again every `revocation.reload_ms` (60 s by default) and as soon as
+ * the CA folder changes. Token nodes are revoked by removing their token file; the token book
+ * (auth.ts) notices that itself. On every look — a CRL changed or not — the listeners are told, so
+ * the routes can end the held polls of nodes revoked since they were admitted: a revoked node sees
+ * its stream closed with `node_revoked` within one look, not at its next poll.
+ *
+ * A CRL that cannot be read or whose signature is not the intermediate's is refused: at boot that
+ * refuses the hub (a CA without a readable CRL would serve revoked nodes), later it keeps the last
+ * good list and says why in the log, once per distinct reason.
+ *
+ * @module
+ */
+import { BootError } from "../boot/boot_error.ts";
+import { certificateSerial } from "../trust/ca.ts";
+import { readRevoked } from "../trust/crl.ts";
+import { describeIoError } from "../config/yaml_file.ts";
+
+/** Where the CRL is and the certificate that must have signed it. */
+export interface CrlSource {
+  readonly file: string;
+  readonly intermediatePem: string;
+}
+
+/**
+ * The canonical form of a certificate serial for comparison: lower-case hex without leading zeros
+ * (TLS stacks and X.509 libraries disagree on case and on the sign byte).
+ */
+export function serialKey(serial: string): string {
+  return serial.toLowerCase().replace(/^(00)+/, "").replace(/^0+(?=.)/, "");
+}
+
+/** The serial of a peer certificate given as DER, in {@link serialKey} form ("" when unreadable). */
+export function peerSerial(der: Uint8Array | undefined): string {
+  if (!der || der.byteLength === 0) return "";
+  try {
+    return serialKey(certificateSerial(Uint8Array.from(der)));
+  } catch {
+    return "";
+  }
+}
+
+/** The revocations the hub enforces, looked for again on a timer and on change. */
+export class Revocations {
+  readonly #crl: CrlSource | undefined;
+  readonly #reloadMs: number;
+  readonly #log: (line: string) => void;
+  readonly #listeners = new Set<() => void>();
+  #serials: ReadonlySet<string> = new Set();
+  #loadedAt: string | undefined;
+  #lastError: string | undefined;
+  #timer: number | undefined;
+  #watcher: Deno.FsWatcher | undefined;
+  #looking: Promise<void> | undefined;
+  #stopped = false;
+  #looks = 0;
+
+  /**
+   * @param options the CRL (none: token nodes only), how often to look, where failures are logged
+   */
+  constructor(
+    options: { crl?: CrlSource; reloadMs: number; log: (line: string) => void },
+  ) {
+    this.#crl = options.crl;
+    this.#reloadMs = options.reloadMs;
+    this.#log = options.log;
+  }
+
+  /**
+   * Reads the CRL for the first time.
+   *
+   * @throws {BootError} when the CRL cannot be read or was not signed by the intermediate
+   */
+  async load(): Promise<void> {
+    if (!this.#crl) return;
+    try {
+      await this.#read();
+    } catch (error) {
+      throw new BootError([`Cannot read the fleet CA's CRL: ${describeIoError(error)}`]);
+    }
+  }
+
+  /**
+   * Starts looking on a timer and when the CRL changes. The file itself is watched, not its folder:
+   * the hub may read the CRL but not the folder, which can still hold the root key. A CRL is
+   * replaced by a rename, which ends a watch on the file, so the watch is made again after every
+   * event (a change between the two is caught by the look the event starts).
+   */
+  start(): void {
+    this.#timer = setInterval(() => this.look(), this.#reloadMs) as unknown as number;
+    if (this.#crl) this.#watch(this.#crl.file);
+  }
+
+  #watch(file: string): void {
+    if (this.#stopped) return;
+    let watcher: Deno.FsWatcher;
+    try {
+      watcher = this.#watcher = Deno.watchFs(file, { recursive: false });
+    } catch {
+      return; // the timer still looks
+    }
+    (async () => {
+      for await (const _event of watcher) break;
+    })().catch(() => {}).finally(() => {
+      watcher.close();
+      if (this.#stopped) return;
+      this.look();
+      this.#watch(file);
+    });
+  }
+
+  /** Stops looking. */
+  stop(): void {
+    this.#stopped = true;
+    clearInterval(this.#timer);
+    try {
+      this.#watcher?.close();
+    } catch { /* closed after its event */ }
+  }
+
+  /** True when the CRL lists this serial (any case, with or without leading zeros). */
+  isRevoked(serial: string): boolean {
+    return serial !== "" && this.#serials.has(serialKey(serial));
+  }
+
+  /** Calls `listener` after every look (changed or not). */
+  onLook(listener: () => void): void {
+    this.#listeners.add(listener);
+  }
+
+  /**
+   * Looks now: reads the CRL again (keeping the last good one on failure), then tells the
+   * listeners. Looks asked for while one runs share it.
+   */
+  look(): Promise<void> {
+    if (this.#looking) return this.#looking;
+    const looking = this.#lookOnce();
+    this.#looking = looking;
+    looking.finally(() => {
+      if (this.#looking === looking) this.#looking = undefined;
+    });
+    return looking;
+  }
+
+  async #lookOnce(): Promise<void> {
+    try {
+      if (this.#crl) await this.#read();
+      this.#lastError = undefined;
+    } catch (error) {
+      const message = `Cannot read the fleet CA's CRL (keeping the last good one): ${
+        describeIoError(error)
+      }`;
+      if (message !== this.#lastError) this.#log(`portcullis: hub: ${message}`);
+      this.#lastError = message;
+    }
+    this.#looks++;
+    for (const listener of this.#listeners) listener();
+  }
+
+  /** What `/v1/config` says about revocation. */
+  status(): Record<string, unknown> {
+    return {
+      crl: this.#crl ? this.#crl.file : null,
+      revoked_certificates: this.#serials.size,
+      loaded_at: this.#loadedAt ?? null,
+      last_error: this.#lastError ?? null,
+      reload_ms: this.#reloadMs,
+      looks: this.#looks,
+    };
+  }
+
+  async #read(): Promise<void> {
+    const { file, intermediatePem } = this.#crl!;
+    const read = await readRevoked(file, intermediatePem);
+    const serials = new Set([...read.serials].map(serialKey));
+    const added = [...serials].filter((serial) => !this.#serials.has(serial));
+    if (this.#loadedAt !== undefined && added.length > 0) {
+      this.#log(`portcullis: hub: CRL ${file} revokes ${added.length} more certificates`);
+    }
+    this.#serials = serials;
+    this.#loadedAt = new Date().toISOString();
+  }
+}
