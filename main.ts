@@ -10,6 +10,7 @@
  * portcullis hub add-node <hub.yaml> <node_id>      a node's one-time registration secret
  * portcullis hub revoke <hub.yaml> <node_id>        revoke a node's certificates (or token)
  * portcullis torpool <pool.yaml>     run a Tor pool supervisor (its JSON API on a Unix socket)
+ * portcullis [serve] <door.yaml>     run a door (a cover page, and 302s to healthy mirrors)
  * portcullis check <folder>          validate a runtime folder (globals.yaml + tenants)
  * portcullis --version
  * ```
@@ -39,6 +40,7 @@ import { BootError } from "./src/boot/boot_error.ts";
 import { runTorpoolVerb } from "./src/cli/torpool.ts";
 import { FLEET_USAGE, FLEET_VERBS, runFleetVerb } from "./src/cli/fleet.ts";
 import { isPoolFile, resolvePoolConfig } from "./src/torpool/config.ts";
+import { isDoorFile, loadDoorConfig, runDoorVerb } from "./src/door/run.ts";
 import { startWorkers } from "./src/edge/workers.ts";
 import { type EdgePlan, planEdge } from "./src/edge/plan.ts";
 import { deleteCachedSets, prepareRemoteNode, readRevokedMarker } from "./src/edge/revocation.ts";
@@ -46,13 +48,13 @@ import { deleteCachedSets, prepareRemoteNode, readRevokedMarker } from "./src/ed
 /** The running version, from deno.json. */
 export const VERSION: string = denoJson.version;
 
-const USAGE = `usage: portcullis [serve] <config.yaml>
+const USAGE = `usage: portcullis [serve] <config.yaml | door.yaml>
        portcullis check <config.yaml>
-       portcullis flags <config.yaml | hub.yaml | pool.yaml>
+       portcullis flags <config.yaml | hub.yaml | pool.yaml | door.yaml>
        portcullis hub <hub.yaml>
 ${FLEET_USAGE}
        portcullis torpool <pool.yaml>
-       portcullis check <config.yaml | hub.yaml | pool.yaml | runtime folder>
+       portcullis check <config.yaml | hub.yaml | pool.yaml | door.yaml | runtime folder>
        portcullis --version`;
 
 /**
@@ -132,6 +134,13 @@ async function run(verb: string, file: string): Promise<number> {
     return 2;
   }
   if (isHubFile(source)) return runHubVerb(verb, await loadHubConfig(source), VERSION);
+  if (isDoorFile(source)) {
+    if (verb === "serve" || verb === "check" || verb === "flags") {
+      return runDoorVerb(verb, loadDoorConfig(source), VERSION);
+    }
+    console.error(`portcullis: ${file} is a door config (role: door); run: portcullis ${file}`);
+    return 2;
+  }
   if (verb === "hub") {
     console.error(`portcullis: ${file} is not a hub config (a hub config says role: hub)`);
     return 2;

@@ -39,12 +39,13 @@ Deno.test("cli check: a hub config is validated with its runtime folder", async 
   assert.match(result.stdout, /^ {4}demo\.localhost$/m);
 });
 
-Deno.test("cli flags: the example hub and remote edge tasks carry exactly the derived flags (compile: tests/deploy_test.ts)", async () => {
+Deno.test("cli flags: the example hub, remote edge and door tasks carry exactly the derived flags (compile: tests/deploy_test.ts)", async () => {
   const tasks = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json"))).tasks;
   for (
     const [task, config] of [
       ["hub", "deploy/example/hub.yaml"],
       ["start:remote", "deploy/example/remote-edge.yaml"],
+      ["door", "deploy/example/door.yaml"],
     ]
   ) {
     const result = await cli(["flags", config]);
@@ -58,7 +59,8 @@ Deno.test("cli flags: the example hub and remote edge tasks carry exactly the de
   assert.equal(
     hub,
     "--allow-net=127.0.0.1:9443,127.0.0.1:9444 " +
-      "--allow-read=deploy/example/hub.yaml,deploy/example/tenants,deploy/example/tokens " +
+      "--allow-read=deploy/example/hub.yaml,deploy/example/tenants,deploy/example/tokens," +
+      "deploy/example/mirrors,deploy/example/doors.yaml " +
       "--ignore-env=LOG_STREAM,LOG_TOKENS",
   );
   const remote = (await cli(["flags", "deploy/example/remote-edge.yaml"])).stdout.trim();

@@ -26,7 +26,7 @@ export const LAYERS: readonly (string | readonly string[])[] = [
   "src/pipeline",
   "lanes",
   "src/boot",
-  ["src/edge", "src/hub"],
+  ["src/edge", "src/hub", "src/door"],
   "src/cli",
   "main.ts",
   "mod.ts",

@@ -23,6 +23,7 @@ import { readYaml, type YamlFile } from "../config/yaml_file.ts";
 import { isPoolFile, type PoolConfig, poolGrants, resolvePoolConfig } from "../torpool/config.ts";
 import { type CaFiles, caFiles } from "../trust/ca.ts";
 import { type HubConfigInput, HubConfigSchema } from "./schema.ts";
+import { type DoorsConfig, doorsGrants, resolveDoorsConfig } from "./mirrors/config.ts";
 
 /** A hub config, validated and resolved. */
 export interface HubConfig {
@@ -57,6 +58,8 @@ export interface HubConfig {
   readonly torpoolFile?: string;
   /** The embedded Tor pool, validated (set by {@link loadHubConfig}). */
   readonly torpool?: PoolConfig;
+  /** Doors (`doors`): the mirror registry and slugs they are served, and the prober. */
+  readonly doors?: DoorsConfig;
   readonly holdMs: number;
   readonly history: number;
   readonly timeouts: { readonly headerMs: number; readonly idleMs: number };
@@ -163,6 +166,7 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
       ports: raw.pool.socks.map((instance) => instance.port),
     },
     torpoolFile: raw.pool?.torpool === undefined ? undefined : resolve(raw.pool.torpool),
+    doors: raw.doors && resolveDoorsConfig(raw.doors, resolve),
     holdMs: raw.stream.hold_ms,
     history: raw.stream.history,
     timeouts: { headerMs: raw.timeouts.header_ms, idleMs: raw.timeouts.idle_ms },
@@ -364,6 +368,7 @@ export function hubGrants(config: HubConfig): Grant[] {
   for (const grant of config.torpool ? poolGrants(config.torpool) : []) {
     grants.push({ ...grant, purpose: `embedded Tor pool: ${grant.purpose}` });
   }
+  if (config.doors) grants.push(...doorsGrants(config.doors));
   return [...grants, ...CODE_GRANTS];
 }
 

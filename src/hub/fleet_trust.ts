@@ -6,7 +6,7 @@
  * @module
  */
 import { BootError } from "../boot/boot_error.ts";
-import { loadIssuer } from "../trust/ca.ts";
+import { issuedFor, loadIssuer } from "../trust/ca.ts";
 import { NodeSecrets } from "../trust/node_secrets.ts";
 import type { HubConfig } from "./config.ts";
 import { Enrolment } from "./enrolment.ts";
@@ -16,6 +16,8 @@ import { Revocations } from "./revocation.ts";
 export interface FleetTrust {
   readonly revocations: Revocations;
   readonly enrolment?: Enrolment;
+  /** The type (`edge`, `door`) the CA last issued the node a certificate as; none without `ca`. */
+  readonly nodeTypeOf: (nodeId: string) => Promise<string | undefined>;
 }
 
 /**
@@ -28,7 +30,10 @@ export async function loadFleetTrust(
   log: (line: string) => void,
 ): Promise<FleetTrust> {
   if (!config.ca) {
-    return { revocations: new Revocations({ reloadMs: config.revocationReloadMs, log }) };
+    return {
+      revocations: new Revocations({ reloadMs: config.revocationReloadMs, log }),
+      nodeTypeOf: () => Promise.resolve(undefined),
+    };
   }
   const { files, lifetimeDays } = config.ca;
   let issuer;
@@ -44,5 +49,10 @@ export async function loadFleetTrust(
   });
   await revocations.load();
   const secrets = new NodeSecrets(files.secretsDir);
-  return { revocations, enrolment: new Enrolment({ issuer, secrets, lifetimeDays, log }) };
+  return {
+    revocations,
+    enrolment: new Enrolment({ issuer, secrets, lifetimeDays, log }),
+    nodeTypeOf: async (nodeId) =>
+      (await issuedFor(files.dir, nodeId).catch(() => [])).at(-1)?.nodeType,
+  };
 }

@@ -49,6 +49,7 @@ import { HubRoutes, type NodeRecord } from "./routes.ts";
 import type { PoolPorts, SocksRelay } from "./socks_relay.ts";
 import { type EmbeddedPool, startEmbeddedPool } from "./embedded_pool.ts";
 import { type FleetTrust, loadFleetTrust } from "./fleet_trust.ts";
+import { DoorService } from "./mirrors/service.ts";
 import type { TorPool } from "../torpool/supervisor.ts";
 
 export type { NodeRecord } from "./routes.ts";
@@ -65,6 +66,8 @@ export interface Hub {
   readonly tunnel?: HttpsTunnel;
   /** The embedded Tor pool, when `pool.torpool` is configured. */
   readonly torpool?: TorPool;
+  /** The door stream (mirror registry, prober), when `doors` is configured. */
+  readonly doors?: DoorService;
   /** Reads the folder now. */
   reload(): Promise<OfferOutcome>;
   /** Looks for revocations now (the CRL, removed tokens), as the timer does. */
@@ -104,8 +107,11 @@ export async function startHub(
   let tunnel: TunnelEndpoint | undefined;
   let embedded: EmbeddedPool | undefined;
   let trust: FleetTrust;
+  let doors: DoorService | undefined;
   try {
     trust = await loadFleetTrust(config, log);
+    doors = config.doors && new DoorService(config.doors, { log, holdMs: config.holdMs });
+    await doors?.start();
     const { revocations } = trust;
     credentials = await readApiCredentials(config, log, revocations);
     if (config.torpool && !options.pool) embedded = await startEmbeddedPool(config.torpool, log);
@@ -113,6 +119,7 @@ export async function startHub(
     tunnel = await makeTunnel(config, options.pool ?? embedded?.ports, log, revocations);
   } catch (error) {
     reloader.stop();
+    doors?.stop();
     await embedded?.close();
     throw error;
   }
@@ -128,6 +135,7 @@ export async function startHub(
     refusals,
     pool,
     ...trust,
+    doors,
   });
   const listeners = new HubListeners(listenerSpecs(config, routes, { tls, relay, tunnel, trust }), {
     timeouts: config.timeouts,
@@ -138,6 +146,7 @@ export async function startHub(
     actual = await listeners.bind();
   } catch (error) {
     reloader.stop();
+    doors?.stop();
     await embedded?.close();
     throw error;
   }
@@ -162,6 +171,7 @@ export async function startHub(
     tunnel: tunnel?.tunnel,
     embedded,
     trust,
+    doors,
   });
 }
 
@@ -267,9 +277,11 @@ function runningHub(parts: {
   readonly tunnel?: HttpsTunnel;
   readonly embedded?: EmbeddedPool;
   readonly trust: FleetTrust;
+  readonly doors?: DoorService;
 }): Hub {
   const { store, feed, reloader, routes, listeners, actual, relay, tunnel, embedded, trust } =
     parts;
+  const doors = parts.doors;
   let resolveFinished!: () => void;
   const finished = new Promise<void>((resolve) => resolveFinished = resolve);
   let closing: Promise<void> | undefined;
@@ -280,6 +292,7 @@ function runningHub(parts: {
     relay,
     tunnel,
     torpool: embedded?.pool,
+    doors,
     listeners: actual.map(({ role, address }) => ({ role, address: formatAddress(address) })),
     reload: () => reloader.reload(),
     lookForRevocations: () => trust.revocations.look(),
@@ -287,6 +300,7 @@ function runningHub(parts: {
       closing ??= (async () => {
         reloader.stop();
         trust.revocations.stop();
+        doors?.stop();
         routes.stop();
         feed.close();
         await listeners.close();

@@ -18,6 +18,7 @@ import { jsonReply, type Reply } from "../request/reply.ts";
 import { type AuthResult, NODE_ID, type NodeAuthenticator } from "./auth.ts";
 import type { Enrolment } from "./enrolment.ts";
 import type { Revocations } from "./revocation.ts";
+import { DOOR_STREAM_PATH, type DoorService } from "./mirrors/service.ts";
 import type { HubConfig } from "./config.ts";
 import type { ConfigFeed } from "./feed.ts";
 import type { TlsRefusals } from "./listeners.ts";
@@ -51,6 +52,10 @@ export interface HubRoutesOptions {
   readonly revocations: Revocations;
   /** Registration and renewal, with the fleet CA (`ca`). */
   readonly enrolment?: Enrolment;
+  /** The type the fleet CA issued a node as (`edge`, `door`), when it knows. */
+  readonly nodeTypeOf: (nodeId: string) => Promise<string | undefined>;
+  /** The door stream, when `doors` is configured. */
+  readonly doors?: DoorService;
 }
 
 /** A poll being held, and how to learn whether its credential was revoked meanwhile. */
@@ -93,6 +98,7 @@ export class HubRoutes {
       held_polls: feed.waiting,
       tls_refused: refusals.count,
       revocation: this.#options.revocations.status(),
+      doors: this.#options.doors?.status() ?? null,
       nodes: [...this.nodes.values()],
     };
   }
@@ -113,6 +119,10 @@ export class HubRoutes {
     const enrolment = this.#options.enrolment;
     if (enrolment && url.pathname.startsWith("/v1/nodes/")) {
       return await this.#enrol(enrolment, request, url, requestId, authenticate);
+    }
+    const doors = this.#options.doors;
+    if (doors && url.pathname === DOOR_STREAM_PATH) {
+      return await this.#answerDoor(doors, request, url, response, requestId, authenticate);
     }
     const auth: { result?: AuthResult } = {};
     const refusal = await this.#refusePoll(request, url, authenticate, auth);
@@ -161,6 +171,7 @@ export class HubRoutes {
     }
     if (path === "/v1/config/reload" && request.method === "POST") {
       const outcome = await this.#options.reloader.reload();
+      await this.#options.doors?.reload();
       const status = outcome.outcome === "rejected" ? 422 : 200;
       return jsonReply({ outcome: outcome.outcome, ...this.status() }, status);
     }
@@ -187,7 +198,64 @@ export class HubRoutes {
     out.result = auth;
     const allowed = this.#options.config.api.nodes;
     if (allowed && !allowed.includes(nodeId)) return "node_not_allowed";
+    // A door never gets the tenant set (backends, onion addresses) or the pool.
+    if (await this.#isDoor(nodeId)) return "node_not_allowed";
     return undefined;
+  }
+
+  /** True when the node follows as a door (`doors.nodes`, or the type the CA issued it as). */
+  async #isDoor(nodeId: string): Promise<boolean> {
+    const doors = this.#options.doors;
+    if (!doors) return (await this.#options.nodeTypeOf(nodeId)) === "door";
+    return doors.isDoorNode(nodeId, await this.#options.nodeTypeOf(nodeId));
+  }
+
+  /**
+   * `GET /v1/doors/stream` for an authenticated door (method, node id, credential, allow-list, door
+   * type in that order), held like a config poll and ended `node_revoked` the same way.
+   */
+  async #answerDoor(
+    doors: DoorService,
+    request: IncomingMessage,
+    url: URL,
+    response: ServerResponse,
+    requestId: string,
+    authenticate: NodeAuthenticator,
+  ): Promise<Reply | undefined> {
+    if (!isRead(request)) return failureReply("method_not_allowed", requestId);
+    const nodeId = url.searchParams.get("node_id") ?? "";
+    if (!NODE_ID.test(nodeId)) return failureReply("bad_node_id", requestId);
+    const auth = await authenticate(request, nodeId);
+    if (!auth.ok) return failureReply(auth.kind, requestId);
+    const allowed = this.#options.config.api.nodes;
+    if (allowed && !allowed.includes(nodeId)) return failureReply("node_not_allowed", requestId);
+    if (!doors.isDoorNode(nodeId, await this.#options.nodeTypeOf(nodeId))) {
+      return failureReply("node_not_allowed", requestId);
+    }
+    return await this.#revocable(auth, requestId, (signal) => doors.answer(url, response, signal));
+  }
+
+  /**
+   * Runs a held answer, ending it `node_revoked` if the credential it was admitted with is revoked
+   * meanwhile (each revocation look asks).
+   */
+  async #revocable(
+    auth: AuthResult | undefined,
+    requestId: string,
+    answer: (signal: AbortSignal) => Promise<Reply | undefined>,
+  ): Promise<Reply | undefined> {
+    const revoked = new AbortController();
+    const held: HeldPoll = {
+      revoked: auth?.ok && auth.revoked ? auth.revoked : () => Promise.resolve(false),
+      end: () => revoked.abort(),
+    };
+    this.#held.add(held);
+    try {
+      const reply = await answer(revoked.signal);
+      return revoked.signal.aborted && reply ? failureReply("node_revoked", requestId) : reply;
+    } finally {
+      this.#held.delete(held);
+    }
   }
 
   /**
@@ -209,24 +277,18 @@ export class HubRoutes {
     this.nodes.set(nodeId, record);
     Object.assign(record, { last_seen: new Date().toISOString(), have, holding: true });
     record.polls++;
-    const gone = new AbortController();
-    const onClose = () => gone.abort();
-    response.once("close", onClose);
-    const revoked = new AbortController();
-    const held: HeldPoll = {
-      revoked: auth?.ok && auth.revoked ? auth.revoked : () => Promise.resolve(false),
-      end: () => revoked.abort(),
-    };
-    this.#held.add(held);
-    const signal = AbortSignal.any([gone.signal, this.#stopping.signal, revoked.signal]);
-    const answer = await this.#options.feed.answer(have, hold, signal);
-    this.#held.delete(held);
-    response.off("close", onClose);
-    record.holding = false;
-    if (gone.signal.aborted) return undefined;
-    if (revoked.signal.aborted) return failureReply("node_revoked", requestId);
-    record.served_generation = answer.generation;
-    return jsonReply(answer);
+    return await this.#revocable(auth, requestId, async (revoked) => {
+      const gone = new AbortController();
+      const onClose = () => gone.abort();
+      response.once("close", onClose);
+      const signal = AbortSignal.any([gone.signal, this.#stopping.signal, revoked]);
+      const answer = await this.#options.feed.answer(have, hold, signal);
+      response.off("close", onClose);
+      record.holding = false;
+      if (gone.signal.aborted) return undefined;
+      record.served_generation = answer.generation;
+      return jsonReply(answer);
+    });
   }
 }
 

@@ -7,6 +7,7 @@
 import * as v from "valibot";
 import { Listener, RuntimeWatch } from "../config/bootstrap.ts";
 import { IpLiteral, Port, Text, wholeNumber } from "../config/fields.ts";
+import { DoorsSchema } from "./mirrors/schema.ts";
 
 const NodeId = v.pipe(
   v.string("Expected text"),
@@ -130,6 +131,8 @@ export const HubConfigSchema = v.strictObject({
     }),
   ),
   pool: v.optional(Pool),
+  /** Doors: the mirror registry, the slugs, the prober, and which nodes follow as doors. */
+  doors: v.optional(DoorsSchema),
   stream: v.optional(
     v.strictObject({
       /** How long a stream request with nothing new is held before it is answered `current`. */

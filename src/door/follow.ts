@@ -1,0 +1,215 @@
+/**
+ * The door following its hub: `GET /v1/doors/stream` with the hash of the view held, answered with
+ * a snapshot, a delta, or `current` after a hold. Each received view is rebuilt and checked against
+ * the hub's hash (`view.ts`) before the door serves it; a view that does not check drops the base,
+ * so the next poll asks for a snapshot. After a failure the door asks again after a backoff that
+ * doubles from `backoff_initial_ms` up to `backoff_max_ms` (30 s at most), jittered over the
+ * upper half so a fleet of doors does not return to a restarted hub in one burst.
+ *
+ * One answer ends the following: 403 with the error code `node_revoked`. The door is told and
+ * never asks again; what it does then (serve out its grace, close, record it) is `door.ts`'s.
+ *
+ * The connection is the edge's (`src/live/hub_answer.ts`): a mutual-TLS client made from the
+ * credential files, or a bearer token read from its file at each poll.
+ *
+ * @module
+ */
+import { readNamedFile } from "../config/rooted_read.ts";
+import { describeHubFailure, hubHttpClient } from "../live/hub_answer.ts";
+import type { DoorHubConfig } from "./config.ts";
+import { type DoorAnswer, type HeldView, parseAnswer, rebuildView } from "./view.ts";
+
+/** The hub said this node is revoked. */
+export class RevokedError extends Error {
+  /** @param detail the hub's code and message */
+  constructor(readonly detail: string) {
+    super(`the hub revoked this node (${detail})`);
+    this.name = "RevokedError";
+  }
+}
+
+/** What following needs. */
+export interface FollowOptions {
+  readonly nodeId: string;
+  readonly hub: DoorHubConfig;
+  /** The view held at start (from the cache), the first poll's base. */
+  readonly initial?: HeldView;
+  /** Serves and caches a new view (the follower waits for it). */
+  readonly onView: (held: HeldView) => Promise<void>;
+  /** The hub answered `node_revoked`: following has stopped. */
+  readonly onRevoked: (detail: string) => void;
+  readonly log: (line: string) => void;
+  /** Jitter source (tests inject one). */
+  readonly random?: () => number;
+}
+
+/** One door following its hub; its fields are the connection's state (`status()`). */
+export class DoorFollower {
+  readonly #options: FollowOptions;
+  readonly #random: () => number;
+  #base: HeldView | undefined;
+  #stopped = false;
+  #connected = false;
+  #failures = 0;
+  #lastError: { at: string; message: string } | undefined;
+  #lastContact: string | undefined;
+  #retryAt: number | undefined;
+  #client: Deno.HttpClient | undefined;
+  #current: AbortController | undefined;
+  #done: Promise<void> = Promise.resolve();
+
+  /** @param options the hub, node id, first base and what to do with views and a revocation */
+  constructor(options: FollowOptions) {
+    this.#options = options;
+    this.#random = options.random ?? Math.random;
+    this.#base = options.initial;
+  }
+
+  /** Starts the poll loop (it runs until {@link stop} or a revocation). */
+  start(): void {
+    this.#done = this.#run();
+  }
+
+  /** Stops following: the poll or backoff in flight is cut short; resolves when the loop ended. */
+  stop(): Promise<void> {
+    this.#stopped = true;
+    this.#current?.abort();
+    return this.#done;
+  }
+
+  /** The connection's state, for `/v1/status`. */
+  status(): Record<string, unknown> {
+    const { hub } = this.#options;
+    return {
+      url: hub.url,
+      auth: hub.tls ? "mutual TLS" : "token",
+      following: !this.#stopped,
+      connected: this.#connected,
+      last_contact: this.#lastContact ?? null,
+      last_error: this.#lastError ?? null,
+      failures: this.#failures,
+      retry_at: this.#retryAt === undefined ? null : new Date(this.#retryAt).toISOString(),
+    };
+  }
+
+  async #run(): Promise<void> {
+    while (!this.#stopped) {
+      const current = this.#current = new AbortController();
+      try {
+        const answer = await this.#ask(current.signal);
+        this.#noteContact();
+        await this.#apply(answer);
+      } catch (error) {
+        if (this.#stopped) break;
+        if (error instanceof RevokedError) {
+          this.#stopped = true;
+          this.#options.onRevoked(error.detail);
+          break;
+        }
+        await this.#backOff(error, current.signal);
+      }
+    }
+    this.#client?.close();
+    this.#client = undefined;
+  }
+
+  /** A received view becomes the base and is served, unless it is the one held. */
+  async #apply(answer: DoorAnswer): Promise<void> {
+    if (answer.type === "current" && answer.hash === this.#base?.hash) return;
+    let held: HeldView;
+    try {
+      held = rebuildView(answer, this.#base);
+    } catch (error) {
+      this.#base = undefined;
+      throw error;
+    }
+    const changed = held.hash !== this.#base?.hash;
+    this.#base = held;
+    if (changed) await this.#options.onView(held);
+  }
+
+  /** One poll of the stream, held by the hub, within the poll timeout. */
+  async #ask(signal: AbortSignal): Promise<DoorAnswer> {
+    const { hub, nodeId } = this.#options;
+    const url = new URL("/v1/doors/stream", hub.url);
+    url.searchParams.set("node_id", nodeId);
+    url.searchParams.set("have", this.#base?.hash ?? "");
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (hub.tokenFile) {
+      const token = await readNamedFile(hub.tokenFile, "hub.token_file", { secret: true });
+      headers.authorization = `Bearer ${token.trim()}`;
+    }
+    if (hub.tls && !this.#client) this.#client = await hubHttpClient(hub.tls);
+    const response = await fetch(url, {
+      headers,
+      client: this.#client,
+      signal: AbortSignal.any([signal, AbortSignal.timeout(hub.pollTimeoutMs)]),
+    });
+    const text = await response.text();
+    if (response.status === 200) return parseAnswer(text);
+    const error = errorOf(text);
+    if (response.status === 403 && error?.code === "node_revoked") {
+      throw new RevokedError(`${error.code}: ${error.message}`);
+    }
+    const detail = error ? `${error.code}: ${error.message}` : `${text.length} bytes`;
+    throw new Error(`the hub answered ${response.status} (${detail})`);
+  }
+
+  #noteContact(): void {
+    const { hub, log } = this.#options;
+    if (!this.#connected) log(`portcullis: door: hub ${hub.url} connected`);
+    this.#connected = true;
+    this.#failures = 0;
+    this.#retryAt = undefined;
+    this.#lastContact = new Date().toISOString();
+  }
+
+  /** After a failed poll: logs it (once an outage), drops the client, sleeps the backoff. */
+  async #backOff(error: unknown, signal: AbortSignal): Promise<void> {
+    const { hub, log } = this.#options;
+    const message = describeHubFailure(error);
+    if (this.#connected || this.#failures === 0) {
+      log(`portcullis: door: hub ${hub.url}: ${message}; retrying`);
+    }
+    this.#connected = false;
+    this.#lastError = { at: new Date().toISOString(), message };
+    this.#failures++;
+    this.#client?.close();
+    this.#client = undefined;
+    const delay = backoffDelay(hub, this.#failures, this.#random);
+    this.#retryAt = Date.now() + delay;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, delay);
+      function done() {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", done);
+        resolve();
+      }
+      signal.addEventListener("abort", done);
+    });
+  }
+}
+
+/** The error envelope's code and message, when the body is one. */
+function errorOf(text: string): { code: string; message: string } | undefined {
+  try {
+    const error = JSON.parse(text)?.error;
+    if (typeof error?.code === "string") {
+      return { code: error.code, message: String(error.message) };
+    }
+  } catch { /* not an envelope */ }
+  return undefined;
+}
+
+/**
+ * The wait before the next poll after `failures` in a row: a cap that doubles from the first
+ * delay up to the maximum, jittered over the cap's upper half.
+ */
+export function backoffDelay(
+  hub: Pick<DoorHubConfig, "backoffInitialMs" | "backoffMaxMs">,
+  failures: number,
+  random: () => number,
+): number {
+  const cap = Math.min(hub.backoffMaxMs, hub.backoffInitialMs * 2 ** Math.min(failures - 1, 30));
+  return Math.round(cap / 2 + random() * cap / 2);
+}

@@ -1,0 +1,96 @@
+/**
+ * The `doors:` fragment resolved: paths against the hub config file's folder, names in the
+ * project's camelCase, and the permissions it adds to the hub's. The prober's one outbound grant
+ * (`check-host.net:443`) exists only while the prober is enabled with that client, so a hub that
+ * serves doors without probing makes no third-party call and `flags` says so.
+ *
+ * @module
+ */
+import type { Grant } from "../../boot/flags.ts";
+import type { DoorsInput } from "./schema.ts";
+
+/** Where the check-host.net client connects: its only grant. */
+export const CHECK_HOST_ADDRESS = "check-host.net:443";
+
+/** The `doors:` fragment, validated and resolved. */
+export interface DoorsConfig {
+  /** The folder of `<host>.yaml` mirror files. */
+  readonly mirrorsDir: string;
+  readonly slugsFile: string;
+  /** Door nodes allowed to follow; undefined allows any node whose type is door. */
+  readonly nodes?: readonly string[];
+  readonly watch: boolean;
+  readonly debounceMs: number;
+  readonly history: number;
+  readonly prober: {
+    readonly enabled: boolean;
+    readonly client: "check_host";
+    readonly intervalMs: number;
+    readonly regions: readonly string[];
+    readonly timeoutMs: number;
+  };
+}
+
+/**
+ * Resolves a validated `doors:` fragment.
+ *
+ * @param raw the fragment as `DoorsSchema` parsed it
+ * @param resolvePath the hub config file's path resolver (relative to its folder)
+ * @example
+ * ```ts
+ * import { resolveDoorsConfig } from "./config.ts";
+ * const config = resolveDoorsConfig({
+ *   mirrors_dir: "mirrors",
+ *   slugs_file: "doors.yaml",
+ *   reload: { watch: true, debounce_ms: 250 },
+ *   history: 16,
+ *   prober: {
+ *     enabled: false,
+ *     client: "check_host",
+ *     interval_ms: 900000,
+ *     regions: [],
+ *     timeout_ms: 60000,
+ *   },
+ * }, (path) => `/etc/portcullis/${path}`);
+ * config.mirrorsDir; // "/etc/portcullis/mirrors"
+ * ```
+ */
+export function resolveDoorsConfig(
+  raw: DoorsInput,
+  resolvePath: (path: string) => string,
+): DoorsConfig {
+  return {
+    mirrorsDir: resolvePath(raw.mirrors_dir),
+    slugsFile: resolvePath(raw.slugs_file),
+    nodes: raw.nodes,
+    watch: raw.reload.watch,
+    debounceMs: raw.reload.debounce_ms,
+    history: raw.history,
+    prober: {
+      enabled: raw.prober.enabled,
+      client: raw.prober.client,
+      intervalMs: raw.prober.interval_ms,
+      regions: raw.prober.regions,
+      timeoutMs: raw.prober.timeout_ms,
+    },
+  };
+}
+
+/**
+ * The grants serving doors adds to a hub's: read for the mirrors folder and the slugs file, and
+ * net to check-host.net:443 only while the prober is enabled with the check_host client.
+ */
+export function doorsGrants(config: DoorsConfig): Grant[] {
+  const grants: Grant[] = [
+    { name: "read", value: config.mirrorsDir, purpose: "door mirrors folder" },
+    { name: "read", value: config.slugsFile, purpose: "door slugs file" },
+  ];
+  if (config.prober.enabled && config.prober.client === "check_host") {
+    grants.push({
+      name: "net",
+      value: CHECK_HOST_ADDRESS,
+      purpose: "mirror prober (check-host.net)",
+    });
+  }
+  return grants;
+}
