@@ -71,7 +71,8 @@ export { type LedgerSnapshot, snapshotLedger } from "./src/ledger/snapshot.ts";
 export type { ConfigStore, Generation, OfferOutcome, Rejection } from "./src/live/generations.ts";
 
 // The hub.
-export { type HubConfig, hubGrants, resolveHubConfig } from "./src/hub/config.ts";
+export { type HubConfig, resolveHubConfig } from "./src/hub/config.ts";
+export { hubGrants } from "./src/hub/grants.ts";
 export { type Hub, startHub } from "./src/hub/hub.ts";
 export type { StreamAnswer } from "./src/hub/feed.ts";
 

@@ -36,7 +36,8 @@ import { formatFlags, requiredGrants } from "../src/boot/flags.ts";
 import { resolveConfig } from "../src/config/load.ts";
 import { ConfigError, formatProblem } from "../src/config/problems.ts";
 import { readYaml } from "../src/config/yaml_file.ts";
-import { hubGrants, isHubFile, resolveHubConfig } from "../src/hub/config.ts";
+import { isHubFile, resolveHubConfig } from "../src/hub/config.ts";
+import { hubGrants } from "../src/hub/grants.ts";
 
 const USAGE = "usage: deno run -A scripts/compile.ts [--print] [--output PATH] <config.yaml>";
 

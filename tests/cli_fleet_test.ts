@@ -2,11 +2,12 @@
  * The operator's fleet verbs as an operator runs them: `hub init-ca` makes the CA once (key files
  * 0600, a second run refuses), `hub add-node` makes one secret per node (or a token file in token
  * mode) and refuses to overwrite one, `hub revoke` lists every certificate of the node in the CRL
- * (or removes its token) and refuses a node it never issued; bad input is a usage error.
+ * (or removes its token) and refuses a node it never issued; bad input is a usage error. The first
+ * run is the command itself; the rest run the CLI's `main` in this process.
  */
 import assert from "node:assert/strict";
 import { stringify } from "yaml";
-import { runCli } from "./fixtures/gateway.ts";
+import { runCli, runMain } from "./fixtures/gateway.ts";
 import { loadIssuer } from "../src/trust/ca.ts";
 import { readRevoked } from "../src/trust/crl.ts";
 import { startFleetHub } from "./fixtures/fleet.ts";
@@ -43,10 +44,10 @@ Deno.test("hub init-ca makes the CA once, keys 0600, and says to move the root k
     }
     const issuer = await loadIssuer(`${dir}/ca`);
     assert.equal((await readRevoked(issuer.files.crl, issuer.intermediatePem)).serials.size, 0);
-    const again = await runCli(FLAGS, ["hub", "init-ca", config, "--name", "127.0.0.1"]);
+    const again = await runMain(["hub", "init-ca", config, "--name", "127.0.0.1"]);
     assert.equal(again.code, 1);
     assert.match(again.stderr, /exists/);
-    const bare = await runCli(FLAGS, ["hub", "init-ca", config]);
+    const bare = await runMain(["hub", "init-ca", config]);
     assert.equal(bare.code, 2);
     assert.match(bare.stderr, /--name/);
   } finally {
@@ -57,16 +58,16 @@ Deno.test("hub init-ca makes the CA once, keys 0600, and says to move the root k
 Deno.test("hub add-node and revoke: one secret per node; revoke refuses a node never issued", async () => {
   const { dir, config } = await hubFolder(true);
   try {
-    await runCli(FLAGS, ["hub", "init-ca", config, "--name", "127.0.0.1"]);
-    const added = await runCli(FLAGS, ["hub", "add-node", config, "edge-1"]);
+    await runMain(["hub", "init-ca", config, "--name", "127.0.0.1"]);
+    const added = await runMain(["hub", "add-node", config, "edge-1"]);
     assert.equal(added.code, 0, added.stderr);
     const secretFile = `${dir}/ca/secrets/edge-1.secret`;
     assert.equal((await Deno.stat(secretFile)).mode! & 0o777, 0o600);
     assert.equal(JSON.parse(await Deno.readTextFile(secretFile)).node_type, "edge");
-    const twice = await runCli(FLAGS, ["hub", "add-node", config, "edge-1"]);
+    const twice = await runMain(["hub", "add-node", config, "edge-1"]);
     assert.equal(twice.code, 1);
     assert.equal(
-      (await runCli(FLAGS, ["hub", "add-node", config, "door-1", "--type", "door"])).code,
+      (await runMain(["hub", "add-node", config, "door-1", "--type", "door"])).code,
       0,
     );
     for (
@@ -77,11 +78,11 @@ Deno.test("hub add-node and revoke: one secret per node; revoke refuses a node n
         ["revoke", config, "edge-1", "--colour", "red"],
       ]
     ) {
-      const refused = await runCli(FLAGS, ["hub", ...args]);
+      const refused = await runMain(["hub", ...args]);
       assert.equal(refused.code, 2, args.join(" "));
       assert.match(refused.stderr, /usage:/);
     }
-    const never = await runCli(FLAGS, ["hub", "revoke", config, "edge-1"]);
+    const never = await runMain(["hub", "revoke", config, "edge-1"]);
     assert.equal(never.code, 1, "no certificate was issued to edge-1 yet");
     assert.match(never.stderr, /edge-1/);
   } finally {
@@ -95,7 +96,7 @@ Deno.test("hub revoke lists every certificate the node was issued, renewals incl
     await fleet.enrol("edge-1");
     await fleet.enrol("edge-1"); // provisioned twice: two certificates
     await fleet.enrol("edge-2");
-    const revoked = await runCli(FLAGS, [
+    const revoked = await runMain([
       "hub",
       "revoke",
       `${fleet.test.dir}/hub.yaml`,
@@ -115,16 +116,16 @@ Deno.test("hub revoke lists every certificate the node was issued, renewals incl
 Deno.test("hub add-node and revoke in token mode write and remove the node's token file", async () => {
   const { dir, config } = await hubFolder(false);
   try {
-    const added = await runCli(FLAGS, ["hub", "add-node", config, "edge-1"]);
+    const added = await runMain(["hub", "add-node", config, "edge-1"]);
     assert.equal(added.code, 0, added.stderr);
     const file = `${dir}/tokens/edge-1.token`;
     assert.equal((await Deno.stat(file)).mode! & 0o777, 0o600);
     assert.match(await Deno.readTextFile(file), /^[0-9a-f]{64}\n$/);
-    assert.equal((await runCli(FLAGS, ["hub", "add-node", config, "edge-1"])).code, 1);
-    assert.equal((await runCli(FLAGS, ["hub", "revoke", config, "edge-1"])).code, 0);
+    assert.equal((await runMain(["hub", "add-node", config, "edge-1"])).code, 1);
+    assert.equal((await runMain(["hub", "revoke", config, "edge-1"])).code, 0);
     await assert.rejects(Deno.stat(file), Deno.errors.NotFound);
-    assert.equal((await runCli(FLAGS, ["hub", "revoke", config, "edge-1"])).code, 1);
-    const initCa = await runCli(FLAGS, ["hub", "init-ca", config, "--name", "x"]);
+    assert.equal((await runMain(["hub", "revoke", config, "edge-1"])).code, 1);
+    const initCa = await runMain(["hub", "init-ca", config, "--name", "x"]);
     assert.equal(initCa.code, 1);
     assert.match(initCa.stderr, /has no ca/);
   } finally {

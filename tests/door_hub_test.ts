@@ -1,6 +1,7 @@
 /**
  * A door against a real hub with the fleet CA: it registers as a door with a one-time secret,
- * follows `/v1/doors/stream` by certificate and sends a slug to a mirror; the hub never gives a
+ * renews its certificate when due, follows `/v1/doors/stream` by certificate and sends a slug to a
+ * mirror; the hub never gives a
  * door the tenant set (backends, onion addresses) nor an edge the door stream; and `hub revoke`
  * stops the door after its grace, its cached view deleted.
  */
@@ -64,6 +65,7 @@ async function registeringDoor(
       backoff_initial_ms: 20,
       backoff_max_ms: 200,
       grace_seconds: 1,
+      renew_before_days: 400, // a 365-day certificate is due at once: renewed right after registering
     },
     cache_dir: "cache",
   });
@@ -90,6 +92,11 @@ boundedTest(
       assert.equal(hit.headers.get("location"), "https://mirror-one.example/");
       assert.equal((await ask(port, "/nothing-here")).body, COVER);
       assert.ok(fleet.test.lines.some((l) => /registered door door-1/.test(l)));
+      await eventually("the renewal", () => fleet.test.lines.some((l) => /renewed door-1/.test(l)));
+      await eventually(
+        "a 302 after the renewal",
+        async () => (await ask(port, `/${SLUG}`)).status === 302,
+      );
 
       // The door's certificate opens the door stream only; an edge's, the tenant stream only.
       const asDoor = fleet.client({

@@ -9,7 +9,8 @@ import { formatFlags, requiredGrants } from "../src/boot/flags.ts";
 import { loadConfig } from "../src/config/load.ts";
 import { formatPath } from "../src/config/problems.ts";
 import { parseYaml } from "../src/config/yaml_file.ts";
-import { hubGrants, resolveHubConfig } from "../src/hub/config.ts";
+import { resolveHubConfig } from "../src/hub/config.ts";
+import { hubGrants } from "../src/hub/grants.ts";
 import { configErrorOf, MINIMAL, writeConfigText } from "./fixtures/config_files.ts";
 
 const HUB = {

@@ -32,6 +32,8 @@ export interface DoorHubConfig {
   readonly backoffMaxMs: number;
   /** Registration with a one-time secret, when cert_file is missing (https only). */
   readonly register?: { readonly secretFile: string };
+  /** Renew a fleet certificate with fewer days than this left. */
+  readonly renewBeforeDays: number;
   /** How long the door keeps serving after the hub says `node_revoked`. */
   readonly graceMs: number;
 }
@@ -179,6 +181,7 @@ function hubOf(hub: DoorConfigInput["hub"], resolve: (path: string) => string): 
     backoffInitialMs: hub.backoff_initial_ms,
     backoffMaxMs: hub.backoff_max_ms,
     ...(hub.register ? { register: { secretFile: resolve(hub.register.secret_file) } } : {}),
+    renewBeforeDays: hub.renew_before_days,
     graceMs: hub.grace_seconds * 1000,
   };
 }

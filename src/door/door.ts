@@ -29,7 +29,7 @@ import { DoorFollower } from "./follow.ts";
 import { DoorListeners, type DoorListenerSpec, type DoorRole } from "./listeners.ts";
 import { healthHandler, type PublicCounts, publicHandler } from "./serve.ts";
 import { DoorTable } from "./table.ts";
-import { ensureNodeCertificate } from "../live/enrol.ts";
+import { CertificateRenewal, ensureNodeCertificate } from "../live/enrol.ts";
 import type { HeldView } from "./view.ts";
 
 /** A running door. */
@@ -106,6 +106,7 @@ class RunningDoor implements Door {
   readonly #log: (line: string) => void;
   #bound: DoorListeners | undefined;
   #follower: DoorFollower | undefined;
+  #renewal: CertificateRenewal | undefined;
   #state: "following" | "revoking" | "revoked" | "closed" = "following";
   #revocation: { at: string; reason: string } | undefined;
   #graceTimer: ReturnType<typeof setTimeout> | undefined;
@@ -136,6 +137,12 @@ class RunningDoor implements Door {
       log: this.#log,
     });
     this.#follower.start();
+    const hub = this.#config.hub;
+    if (hub.tls) {
+      const follower = this.#follower;
+      this.#renewal = new CertificateRenewal({ nodeId: this.#config.nodeId, hub, log: this.#log });
+      this.#renewal.start(() => follower.reconnect());
+    }
   }
 
   status(): Record<string, unknown> {
@@ -145,6 +152,7 @@ class RunningDoor implements Door {
       state: this.#state,
       revocation: this.#revocation ?? null,
       stream: this.#follower?.status() ?? null,
+      renewal: this.#renewal?.status() ?? null,
       view: this.#table.status(),
       answered: { ...this.counts },
     };
@@ -153,6 +161,7 @@ class RunningDoor implements Door {
   close(): Promise<void> {
     this.#closing ??= (async () => {
       if (this.#state === "revoking") await this.#completeRevocation();
+      this.#renewal?.stop();
       await this.#follower?.stop();
       await this.#bound?.close();
       const how = this.#state === "revoked" ? "revoked" : "closed";
@@ -175,6 +184,7 @@ class RunningDoor implements Door {
 
   /** The hub said `node_revoked`: serve out the grace, then close to the public. */
   #revoked(detail: string): void {
+    this.#renewal?.stop();
     if (this.#state !== "following") return;
     this.#state = "revoking";
     this.#revocation = { at: new Date().toISOString(), reason: detail };

@@ -15,18 +15,15 @@
  * @module
  */
 import { readNamedFile } from "../config/rooted_read.ts";
-import { describeHubFailure, hubHttpClient } from "../live/hub_answer.ts";
+import {
+  describeHubFailure,
+  hubHttpClient,
+  HubRefusal,
+  readAnswerError,
+} from "../live/hub_answer.ts";
+import { backoffDelay, sleep } from "../live/backoff.ts";
 import type { DoorHubConfig } from "./config.ts";
 import { type DoorAnswer, type HeldView, parseAnswer, rebuildView } from "./view.ts";
-
-/** The hub said this node is revoked. */
-export class RevokedError extends Error {
-  /** @param detail the hub's code and message */
-  constructor(readonly detail: string) {
-    super(`the hub revoked this node (${detail})`);
-    this.name = "RevokedError";
-  }
-}
 
 /** What following needs. */
 export interface FollowOptions {
@@ -77,6 +74,12 @@ export class DoorFollower {
     return this.#done;
   }
 
+  /** Drops the connection: the next poll makes a new one (after a renewal, with the new pair). */
+  reconnect(): void {
+    this.#client?.close();
+    this.#client = undefined;
+  }
+
   /** The connection's state, for `/v1/status`. */
   status(): Record<string, unknown> {
     const { hub } = this.#options;
@@ -101,9 +104,9 @@ export class DoorFollower {
         await this.#apply(answer);
       } catch (error) {
         if (this.#stopped) break;
-        if (error instanceof RevokedError) {
+        if (error instanceof HubRefusal && error.code === "node_revoked") {
           this.#stopped = true;
-          this.#options.onRevoked(error.detail);
+          this.#options.onRevoked(error.message);
           break;
         }
         await this.#backOff(error, current.signal);
@@ -147,12 +150,7 @@ export class DoorFollower {
     });
     const text = await response.text();
     if (response.status === 200) return parseAnswer(text);
-    const error = errorOf(text);
-    if (response.status === 403 && error?.code === "node_revoked") {
-      throw new RevokedError(`${error.code}: ${error.message}`);
-    }
-    const detail = error ? `${error.code}: ${error.message}` : `${text.length} bytes`;
-    throw new Error(`the hub answered ${response.status} (${detail})`);
+    throw readAnswerError(response.status, text);
   }
 
   #noteContact(): void {
@@ -178,38 +176,6 @@ export class DoorFollower {
     this.#client = undefined;
     const delay = backoffDelay(hub, this.#failures, this.#random);
     this.#retryAt = Date.now() + delay;
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(done, delay);
-      function done() {
-        clearTimeout(timer);
-        signal.removeEventListener("abort", done);
-        resolve();
-      }
-      signal.addEventListener("abort", done);
-    });
+    await sleep(delay, signal);
   }
-}
-
-/** The error envelope's code and message, when the body is one. */
-function errorOf(text: string): { code: string; message: string } | undefined {
-  try {
-    const error = JSON.parse(text)?.error;
-    if (typeof error?.code === "string") {
-      return { code: error.code, message: String(error.message) };
-    }
-  } catch { /* not an envelope */ }
-  return undefined;
-}
-
-/**
- * The wait before the next poll after `failures` in a row: a cap that doubles from the first
- * delay up to the maximum, jittered over the cap's upper half.
- */
-export function backoffDelay(
-  hub: Pick<DoorHubConfig, "backoffInitialMs" | "backoffMaxMs">,
-  failures: number,
-  random: () => number,
-): number {
-  const cap = Math.min(hub.backoffMaxMs, hub.backoffInitialMs * 2 ** Math.min(failures - 1, 30));
-  return Math.round(cap / 2 + random() * cap / 2);
 }

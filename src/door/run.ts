@@ -1,7 +1,7 @@
 /**
  * The command-line side of the door role: `serve` (audit the permissions, boot, run until SIGTERM
- * or SIGINT — or until a revocation closes the door, which exits 1 so a supervisor does not count
- * it a clean stop), `check` (validate, read the cover and the cache, print a summary) and `flags`
+ * or SIGINT — or until a revocation closes the door, which exits 3 as a revoked edge does: not a
+ * clean stop, and nothing a restart can mend), `check` (validate, read the cover and the cache, print a summary) and `flags`
  * on a door config (`role: door`).
  *
  * @module

@@ -48,6 +48,8 @@ const DoorHub = v.strictObject({
   backoff_max_ms: v.optional(wholeNumber(1, 30_000), 30_000),
   /** Register with the hub using a one-time secret when `cert_file` is missing (https). */
   register: v.optional(v.strictObject({ secret_file: Text })),
+  /** A certificate from the fleet CA is renewed when it has fewer days than this left. */
+  renew_before_days: v.optional(wholeNumber(1, 3650), 30),
   /** After the hub says `node_revoked`: keep serving this long, then close. */
   grace_seconds: v.optional(wholeNumber(0, 86_400), 30),
 });

@@ -4,12 +4,11 @@
  * pairwise distinct, health on loopback, and exactly one way for nodes to authenticate (mutual TLS or token
  * files) — and the pool's: one host (an edge names an instance by its port alone), each port once,
  * none of them a listener of the hub's own, and a pool for the relay and the tunnel to relay to.
+ * The permissions a hub needs are in `grants.ts`.
  *
  * @module
  */
 import { isLoopback, overlaps } from "../boot/distinct.ts";
-import type { Grant } from "../boot/flags.ts";
-import { CODE_GRANTS } from "../boot/flags.ts";
 import type { ListenerConfig } from "../config/bootstrap.ts";
 import {
   formatAddress,
@@ -20,10 +19,10 @@ import {
 import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.ts";
 import { validateFile } from "../config/validate.ts";
 import { readYaml, type YamlFile } from "../config/yaml_file.ts";
-import { isPoolFile, type PoolConfig, poolGrants, resolvePoolConfig } from "../torpool/config.ts";
+import { isPoolFile, type PoolConfig, resolvePoolConfig } from "../torpool/config.ts";
 import { type CaFiles, caFiles } from "../trust/ca.ts";
 import { type HubConfigInput, HubConfigSchema } from "./schema.ts";
-import { type DoorsConfig, doorsGrants, resolveDoorsConfig } from "./mirrors/config.ts";
+import { type DoorsConfig, resolveDoorsConfig } from "./mirrors/config.ts";
 
 /** A hub config, validated and resolved. */
 export interface HubConfig {
@@ -77,7 +76,7 @@ export interface HubTlsListener {
 export type HubListenerRole = "api" | "health" | "socks5_tls" | "https_tunnel";
 
 /** The transports' roles: each a listener at `transport.<role>`. */
-const TRANSPORTS = ["socks5_tls", "https_tunnel"] as const;
+export const TRANSPORTS = ["socks5_tls", "https_tunnel"] as const;
 
 /**
  * Validates and resolves a parsed hub config file, and reads the embedded Tor pool's `pool.yaml`
@@ -312,81 +311,4 @@ function checkListeners(listeners: readonly HubListener[], report: Report): void
 /** The addresses of one role's listeners, in the order written. */
 function addressesOf(listeners: readonly HubListener[], role: HubListenerRole): ListenerAddress[] {
   return listeners.filter((l) => l.role === role).map((l) => l.address);
-}
-
-/**
- * Every permission a hub needs: net for its listeners, read for its config, runtime folder and
- * credentials; with the SOCKS relay or the HTTPS tunnel, read for its credentials and net for each
- * pool instance (the only outbound net); with an embedded Tor pool, the pool's own set (run for its Tor binary only,
- * its ports, its folders). No env, and no run or write without the pool.
- */
-export function hubGrants(config: HubConfig): Grant[] {
-  const grants: Grant[] = [];
-  const transports = TRANSPORTS.flatMap((role) => {
-    const listener = role === "socks5_tls" ? config.socks5Tls : config.httpsTunnel;
-    return listener ? [{ role, listener }] : [];
-  });
-  const listeners: [string, ListenerAddress][] = [
-    ...config.api.listen.map((a): [string, ListenerAddress] => ["hub api listener", a]),
-    ...config.health.map((a): [string, ListenerAddress] => ["hub health listener", a]),
-    ...transports.map(({ role, listener }): [string, ListenerAddress] => [
-      `hub ${role} listener`,
-      listener.listen,
-    ]),
-  ];
-  for (const [purpose, address] of listeners) {
-    grants.push({ name: "net", value: formatAddress(address), purpose });
-    if (address.kind === "unix") {
-      grants.push({ name: "read", value: address.path, purpose });
-      grants.push({ name: "write", value: address.path, purpose });
-    }
-  }
-  grants.push({ name: "read", value: config.file, purpose: "config file" });
-  grants.push({ name: "read", value: config.runtimeDir, purpose: "runtime folder" });
-  const tls = config.api.tls;
-  for (const file of tls ? [tls.certFile, tls.keyFile, tls.clientCaFile] : []) {
-    if (config.ca && file === config.ca.files.rootCert) continue; // the CA's grants name it
-    grants.push({ name: "read", value: file, purpose: "hub TLS files" });
-  }
-  if (config.api.tokensDir) {
-    grants.push({ name: "read", value: config.api.tokensDir, purpose: "node tokens folder" });
-  }
-  if (config.ca) grants.push(...caGrants(config.ca.files));
-  for (const { role, listener } of transports) {
-    for (const file of [listener.certFile, listener.keyFile, listener.clientCaFile]) {
-      if (config.ca && file === config.ca.files.rootCert) continue;
-      grants.push({ name: "read", value: file, purpose: `hub ${role} TLS files` });
-    }
-  }
-  if (transports.length > 0) {
-    for (const port of config.pool?.ports ?? []) {
-      const value = formatAddress({ kind: "tcp", hostname: config.pool!.hostname, port });
-      grants.push({ name: "net", value, purpose: "pool SOCKS instance" });
-    }
-  }
-  // The embedded Tor pool: its Tor binary (the one run grant), its ports, its folders, its API.
-  for (const grant of config.torpool ? poolGrants(config.torpool) : []) {
-    grants.push({ ...grant, purpose: `embedded Tor pool: ${grant.purpose}` });
-  }
-  if (config.doors) grants.push(...doorsGrants(config.doors));
-  return [...grants, ...CODE_GRANTS];
-}
-
-/**
- * What a hub with the fleet CA reads and writes: the root certificate and the intermediate (its
- * key a secret) and the CRL, read; `issued/` (the record of what was signed) and `secrets/` (one
- * registration secret per node, removed when spent), read and written. Not `root.key`: the hub
- * runs without it.
- */
-function caGrants(files: CaFiles): Grant[] {
-  const purpose = "fleet CA";
-  return [
-    ...[files.rootCert, files.intermediateCert, files.intermediateKey, files.crl].map((
-      value,
-    ): Grant => ({ name: "read", value, purpose })),
-    ...[files.issuedDir, files.secretsDir].flatMap((value): Grant[] => [
-      { name: "read", value, purpose },
-      { name: "write", value, purpose },
-    ]),
-  ];
 }

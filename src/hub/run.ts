@@ -10,7 +10,8 @@ import { formatAddress } from "../config/load.ts";
 import { hashFileSet, readFileSet, runtimeTextsOf } from "../config/file_set.ts";
 import { ConfigError } from "../config/problems.ts";
 import { buildRegistry, type TenantRegistry } from "../proxy/tenants.ts";
-import { type HubConfig, hubGrants } from "./config.ts";
+import type { HubConfig } from "./config.ts";
+import { hubGrants } from "./grants.ts";
 import { startHub } from "./hub.ts";
 
 /**

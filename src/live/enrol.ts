@@ -82,7 +82,7 @@ export async function ensureNodeCertificate(
  * @throws Error with the hub's answer when the renewal was refused or failed
  */
 export async function renewIfDue(
-  options: { nodeId: string; hub: HubClientConfig; log: (line: string) => void; now?: Date },
+  options: { nodeId: string; hub: RenewingHub; log: (line: string) => void; now?: Date },
 ): Promise<boolean> {
   const { nodeId, hub, log } = options;
   const tls = hub.tls;
@@ -113,6 +113,9 @@ export async function renewIfDue(
   return true;
 }
 
+/** What renewal needs of a node's hub settings (an edge's or a door's). */
+export type RenewingHub = Pick<HubClientConfig, "url" | "tls" | "renewBeforeDays">;
+
 /** A certificate is looked at for renewal this often by default (and at start). */
 const RENEW_CHECK_MS = 3_600_000;
 
@@ -122,7 +125,7 @@ const RENEW_CHECK_MS = 3_600_000;
  * serves meanwhile.
  */
 export class CertificateRenewal {
-  readonly #options: { nodeId: string; hub: HubClientConfig; log: (line: string) => void };
+  readonly #options: { nodeId: string; hub: RenewingHub; log: (line: string) => void };
   readonly #checkMs: number;
   #timer: number | undefined;
   #last: { at: string; outcome: string } | undefined;
@@ -131,7 +134,7 @@ export class CertificateRenewal {
   constructor(
     options: {
       nodeId: string;
-      hub: HubClientConfig;
+      hub: RenewingHub;
       log: (line: string) => void;
       checkMs?: number;
     },

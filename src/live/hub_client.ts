@@ -34,6 +34,7 @@ import {
 import type { CertificateRenewal } from "./enrol.ts";
 import { FollowedCache } from "./hub_cache.ts";
 import { reportOutcome } from "./runtime_watch.ts";
+import { backoffDelay, sleep } from "./backoff.ts";
 
 /** A running follower. */
 export interface HubFollower {
@@ -324,26 +325,4 @@ class Follower implements HubFollower {
     this.#urgent = [];
     for (const w of waiting) result instanceof Error ? w.reject(result) : w.resolve(result);
   }
-}
-
-/**
- * The wait before the next poll after `failures` in a row: a cap that doubles from
- * `backoff_initial_ms` up to `backoff_max_ms`, jittered over the cap's upper half.
- */
-function backoffDelay(hub: HubClientConfig, failures: number, random: () => number): number {
-  const cap = Math.min(hub.backoffMaxMs, hub.backoffInitialMs * 2 ** Math.min(failures - 1, 30));
-  return Math.round(cap / 2 + random() * cap / 2);
-}
-
-/** Waits `ms`, or less when `signal` aborts. */
-async function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  await new Promise<void>((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-    signal.addEventListener("abort", done);
-  });
 }

@@ -13,7 +13,7 @@
  */
 import type { RegionAnswer } from "./verdict.ts";
 import type { MirrorCheckClient } from "./prober.ts";
-import { sleep } from "./sleep.ts";
+import { sleep } from "../../live/backoff.ts";
 
 const BASE = "https://check-host.net";
 

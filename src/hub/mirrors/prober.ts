@@ -13,7 +13,7 @@
  */
 import { describeError } from "../../request/errors.ts";
 import type { ProbeResult, RegionAnswer } from "./verdict.ts";
-import { sleep } from "./sleep.ts";
+import { sleep } from "../../live/backoff.ts";
 
 /** Checks one mirror from several regions. */
 export interface MirrorCheckClient {

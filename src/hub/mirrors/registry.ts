@@ -16,7 +16,7 @@ import { describeError } from "../../request/errors.ts";
 import type { DoorsConfig } from "./config.ts";
 import { readRegistry, type RegistrySet } from "./registry_files.ts";
 import { canonicalJson } from "./view.ts";
-import { sleep } from "./sleep.ts";
+import { sleep } from "../../live/backoff.ts";
 
 export type { Mirror, RegistrySet, Slug } from "./registry_files.ts";
 
