@@ -28,7 +28,7 @@
  */
 import denoJson from "./deno.json" with { type: "json" };
 import { LANES } from "./lanes/mod.ts";
-import { auditPermissions } from "./src/boot/audit.ts";
+import { auditBeforeBoot } from "./src/boot/audit.ts";
 import { formatFlags, requiredGrants } from "./src/boot/flags.ts";
 import { summarizePlan } from "./src/cli/summary.ts";
 import { resolveConfig, runsWorkers } from "./src/config/load.ts";
@@ -161,13 +161,7 @@ async function run(verb: string, file: string): Promise<number> {
     console.log(summarizePlan(plan));
     return 0;
   }
-  const audit = auditPermissions(plan.grants);
-  for (const warning of audit.warnings) console.error(`portcullis: warning: ${warning}`);
-  if (audit.refusals.length > 0) {
-    for (const refusal of audit.refusals) console.error(`portcullis: ${refusal}`);
-    console.error(`portcullis: boot refused; run with: deno run ${formatFlags(plan.grants)} ...`);
-    return 1;
-  }
+  if (!auditBeforeBoot(plan.grants)) return 1;
   const fileLines = describeFileLimit(plan);
   for (const line of fileLines) console.error(line);
   const edge = await startWorkers(plan, { version: VERSION });

@@ -5,7 +5,7 @@
  * sooner than a third-segment miss, and let the segments be found one at a time.
  *
  * Pure-function level (no sockets: what is judged is `AdminGate.matches`, not the network's noise).
- * The statistics are `tests/hub_auth_timing_test.ts`'s:
+ * The statistics are `tests/hub_auth_timing_test.ts`'s (shared in `tests/fixtures/timing.ts`):
  *
  * - **Triplets in random order.** Each triplet times the three kinds back to back, in an order
  *   drawn at random; a time is {@link CALLS} calls, so it is well above the clock's resolution.
@@ -28,14 +28,13 @@
  */
 import assert from "node:assert/strict";
 import { AdminGate } from "../src/pipeline/admin_gate.ts";
+import { leakPower, median, signedRankZ, timeInRandomOrder, Z_STRICT } from "./fixtures/timing.ts";
 
 const CALLS = 16;
 const BATCH = 250;
 const MAX_TRIPLETS = 3000;
 const WARM_UP = 300;
 const ROUNDS = 3;
-/** |z| above this is p < 0.001, two-sided. */
-const Z_STRICT = 3.29;
 /** The smallest leak the test must see: 1 µs a call, over {@link CALLS} calls (ms). */
 const LEAK_MS = 0.001 * CALLS;
 
@@ -43,54 +42,8 @@ const SLUG = "slug-0123456789abcdef";
 const T1 = "t1_ABCDEFGHIJKLMNOPq";
 const T2 = "t2-qrstuvwxyz0123456";
 
-/** The Wilcoxon signed-rank z of `d` against "symmetric about 0" (zeros dropped, ties averaged). */
-function signedRankZ(d: readonly number[]): number {
-  const nonzero = d.filter((x) => x !== 0).sort((a, b) => Math.abs(a) - Math.abs(b));
-  const n = nonzero.length;
-  let positive = 0;
-  let ties = 0;
-  for (let i = 0; i < n;) {
-    let j = i;
-    while (j + 1 < n && Math.abs(nonzero[j + 1]) === Math.abs(nonzero[i])) j++;
-    const rank = (i + j) / 2 + 1;
-    for (let k = i; k <= j; k++) if (nonzero[k] > 0) positive += rank;
-    const t = j - i + 1;
-    ties += t * t * t - t;
-    i = j + 1;
-  }
-  const mean = n * (n + 1) / 4;
-  const variance = n * (n + 1) * (2 * n + 1) / 24 - ties / 48;
-  return variance > 0 ? (positive - mean) / Math.sqrt(variance) : 0;
-}
-
-/** What a leak of {@link LEAK_MS} would score on differences of these sizes (five draws). */
-function powerFor(d: readonly number[]): number {
-  let sum = 0;
-  for (let draw = 0; draw < 5; draw++) {
-    sum += signedRankZ(d.map((x) => (Math.random() < 0.5 ? -x : x) + LEAK_MS));
-  }
-  return sum / 5;
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[sorted.length >> 1];
-}
-
 type Kind = "first" | "third" | "hit";
 type Triplet = Record<Kind, number>;
-
-/** Times the three kinds once each, in a random order. */
-function triplet(time: Record<Kind, () => number>): Triplet {
-  const order: Kind[] = ["first", "third", "hit"];
-  for (let i = order.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
-    [order[i], order[j]] = [order[j], order[i]];
-  }
-  const out = {} as Triplet;
-  for (const kind of order) out[kind] = time[kind]();
-  return out;
-}
 
 /** One round: batches until both comparisons could see the leak; their z. */
 function measureRound(
@@ -102,10 +55,10 @@ function measureRound(
   let first: number[] = [];
   let hit: number[] = [];
   while (triplets.length < MAX_TRIPLETS && power <= Z_STRICT) {
-    for (let i = 0; i < BATCH; i++) triplets.push(triplet(time));
+    for (let i = 0; i < BATCH; i++) triplets.push(timeInRandomOrder(time));
     first = triplets.map((t) => t.first - t.third);
     hit = triplets.map((t) => t.hit - t.third);
-    power = Math.min(powerFor(first), powerFor(hit));
+    power = Math.min(leakPower(first, LEAK_MS), leakPower(hit, LEAK_MS));
   }
   const z = { first: signedRankZ(first), hit: signedRankZ(hit) };
   const us = (ms: number) => `${(ms * 1000).toFixed(1)} µs`;
@@ -143,7 +96,7 @@ Deno.test("AdminGate.matches() takes the same time for a miss in segment 1, a mi
     return ms;
   };
   const time = { first: timer("first"), third: timer("third"), hit: timer("hit") };
-  for (let i = 0; i < WARM_UP; i++) triplet(time);
+  for (let i = 0; i < WARM_UP; i++) timeInRandomOrder(time);
 
   const started = performance.now();
   const rounds = [];

@@ -86,7 +86,7 @@ Deno.test("loadDoorConfig() names file, field, value and line of each problem", 
       BASE.replace("  token_file: door.token", "  backoff_initial_ms: 500\n  backoff_max_ms: 100"),
     ),
     [
-      "hub.token_file: An http hub authenticates this door by token: set token_file @9",
+      "hub.token_file: An http hub authenticates this node by token: set token_file @9",
       "hub.backoff_initial_ms: The first delay is longer than the cap (100 ms) (500) @10",
     ],
   );
@@ -96,11 +96,11 @@ Deno.test("loadDoorConfig() names file, field, value and line of each problem", 
         .replace("  token_file: door.token", "  token_file: t\n  register: { secret_file: s }"),
     ),
     [
-      "hub.ca_file: An https hub authenticates this door by client certificate: set ca_file, " +
+      "hub.ca_file: An https hub authenticates this node by client certificate: set ca_file, " +
       "cert_file and key_file @9",
-      "hub.cert_file: An https hub authenticates this door by client certificate: set ca_file, " +
+      "hub.cert_file: An https hub authenticates this node by client certificate: set ca_file, " +
       "cert_file and key_file @9",
-      "hub.key_file: An https hub authenticates this door by client certificate: set ca_file, " +
+      "hub.key_file: An https hub authenticates this node by client certificate: set ca_file, " +
       "cert_file and key_file @9",
       "hub.token_file: An https hub uses the client certificate, not a token @10",
     ],
@@ -109,7 +109,7 @@ Deno.test("loadDoorConfig() names file, field, value and line of each problem", 
     problemsOf(
       BASE.replace("  token_file: door.token", "  token_file: t\n  register: { secret_file: s }"),
     ),
-    ["hub.register: Registration gets a client certificate: it needs an https hub @11"],
+    ["hub.register: Registration gives a client certificate: it needs an https hub @11"],
   );
   assert.deepEqual(
     problemsOf(BASE.replace("127.0.0.1, port: 9921", "10.0.0.1, port: 9921")),

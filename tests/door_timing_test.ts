@@ -21,33 +21,13 @@
 import assert from "node:assert/strict";
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { SlugMatcher } from "../src/door/matcher.ts";
+import { signedRankZ, timeInRandomOrder, Z_STRICT } from "./fixtures/timing.ts";
 
 const SLUGS = 64;
 const REPEAT = 4;
 const PAIRS = 600;
 const WARM_UP = 100;
 const ROUNDS = 3;
-const Z_STRICT = 3.29;
-
-/** The Wilcoxon signed-rank z of `d` against "symmetric about 0" (zeros dropped, ties averaged). */
-function signedRankZ(d: readonly number[]): number {
-  const nonzero = d.filter((x) => x !== 0).sort((a, b) => Math.abs(a) - Math.abs(b));
-  const n = nonzero.length;
-  let positive = 0;
-  let ties = 0;
-  for (let i = 0; i < n;) {
-    let j = i;
-    while (j + 1 < n && Math.abs(nonzero[j + 1]) === Math.abs(nonzero[i])) j++;
-    const rank = (i + j) / 2 + 1;
-    for (let k = i; k <= j; k++) if (nonzero[k] > 0) positive += rank;
-    const t = j - i + 1;
-    ties += t * t * t - t;
-    i = j + 1;
-  }
-  const mean = n * (n + 1) / 4;
-  const variance = n * (n + 1) * (2 * n + 1) / 24 - ties / 48;
-  return variance > 0 ? (positive - mean) / Math.sqrt(variance) : 0;
-}
 
 /** A slug of the shape operators write: 24 letters and digits. */
 function randomSlug(): string {
@@ -64,16 +44,18 @@ function time(match: (candidate: string) => number, candidate: string): number {
 /** One round's z for (first − miss) and (last − miss). */
 function round(match: (candidate: string) => number, slugs: readonly string[]) {
   const miss = randomSlug();
-  const candidates = [slugs[0], slugs[slugs.length - 1], miss];
+  const triple = {
+    first: () => time(match, slugs[0]),
+    last: () => time(match, slugs[slugs.length - 1]),
+    miss: () => time(match, miss),
+  };
   const first: number[] = [];
   const last: number[] = [];
   for (let pair = 0; pair < WARM_UP + PAIRS; pair++) {
-    const order = [0, 1, 2].sort(() => Math.random() - 0.5);
-    const times = [0, 0, 0];
-    for (const which of order) times[which] = time(match, candidates[which]);
+    const times = timeInRandomOrder(triple);
     if (pair < WARM_UP) continue;
-    first.push(times[0] - times[2]);
-    last.push(times[1] - times[2]);
+    first.push(times.first - times.miss);
+    last.push(times.last - times.miss);
   }
   return { first: signedRankZ(first), last: signedRankZ(last) };
 }

@@ -4,7 +4,8 @@
  * in pairs. Issue 14 measured the unknown node 12–140 µs slower, every round, which enumerates node
  * ids.
  *
- * The statistics, so the test is strict without being flaky on a busy machine:
+ * The statistics (shared in `tests/fixtures/timing.ts`), so the test is strict without being flaky
+ * on a busy machine:
  *
  * - **Pairs in random order.** Each pair sends both kinds back to back, which goes first decided by
  *   a coin; `d = t(unknown) − t(known)`. If the kind of request makes no difference, each `d`'s sign
@@ -29,13 +30,18 @@
 import assert from "node:assert/strict";
 import { HubProcess } from "./fixtures/hub.ts";
 import { json, request } from "./fixtures/http_client.ts";
+import {
+  leakPower,
+  median,
+  signedRankZ,
+  timeInRandomOrderAsync,
+  Z_STRICT,
+} from "./fixtures/timing.ts";
 
 const BATCH = 1000;
 const MAX_PAIRS = 5000;
 const WARM_UP = 300;
 const ROUNDS = 3;
-/** |z| above this is p < 0.001, two-sided. */
-const Z_STRICT = 3.29;
 /** The smallest leak issue 14 measured, in ms. */
 const LEAK_MS = 0.012;
 
@@ -76,38 +82,6 @@ class TimedConnection {
   }
 }
 
-/** The Wilcoxon signed-rank z of `d` against "symmetric about 0" (zeros dropped, ties averaged). */
-function signedRankZ(d: readonly number[]): number {
-  const nonzero = d.filter((x) => x !== 0).sort((a, b) => Math.abs(a) - Math.abs(b));
-  const n = nonzero.length;
-  let positive = 0;
-  let ties = 0;
-  for (let i = 0; i < n;) {
-    let j = i;
-    while (j + 1 < n && Math.abs(nonzero[j + 1]) === Math.abs(nonzero[i])) j++;
-    const rank = (i + j) / 2 + 1;
-    for (let k = i; k <= j; k++) if (nonzero[k] > 0) positive += rank;
-    const t = j - i + 1;
-    ties += t * t * t - t;
-    i = j + 1;
-  }
-  const mean = n * (n + 1) / 4;
-  const variance = n * (n + 1) * (2 * n + 1) / 24 - ties / 48;
-  return variance > 0 ? (positive - mean) / Math.sqrt(variance) : 0;
-}
-
-/**
- * What a leak of {@link LEAK_MS} would score on differences of these sizes: the signed-rank z of
- * `±|d| + leak` with fresh random signs, averaged over five draws. Depends on `|d|` only.
- */
-function powerFor(d: readonly number[]): number {
-  let sum = 0;
-  for (let draw = 0; draw < 5; draw++) {
-    sum += signedRankZ(d.map((x) => (Math.random() < 0.5 ? -x : x) + LEAK_MS));
-  }
-  return sum / 5;
-}
-
 /**
  * One round: batches of pairs until a 12 µs leak would show (see the module doc).
  *
@@ -123,7 +97,7 @@ async function measureRound(
   while (pairs.length < MAX_PAIRS && power <= Z_STRICT) {
     for (let i = 0; i < BATCH; i++) pairs.push(await pair());
     d = pairs.map((p) => p.unknown - p.known);
-    power = powerFor(d);
+    power = leakPower(d, LEAK_MS);
   }
   const z = signedRankZ(d);
   const us = (ms: number) => `${(ms * 1000).toFixed(1)} µs`;
@@ -133,11 +107,6 @@ async function measureRound(
   console.log(line);
   assert.ok(power > Z_STRICT, `Too noisy to see a 12 µs leak in ${MAX_PAIRS} pairs: ${line}`);
   return { z, line };
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[sorted.length >> 1];
 }
 
 Deno.test("signedRankZ() is 0 for a symmetric sample and large for a shifted one", () => {
@@ -167,15 +136,13 @@ Deno.test("hub tokens: an unknown node and a known node with a wrong token take 
     const unknownNode = ask("edge-q");
     const knownNode = ask("edge-a");
     connection = await TimedConnection.open(hub.apiPort);
-    const pair = async () => {
-      const unknownFirst = Math.random() < 0.5;
-      const first = await connection!.time(unknownFirst ? unknownNode : knownNode);
-      const second = await connection!.time(unknownFirst ? knownNode : unknownNode);
-      const [unknown, known] = unknownFirst ? [first, second] : [second, first];
-      assert.equal(unknown.status, 401);
-      assert.equal(known.status, 401);
-      return { unknown: unknown.ms, known: known.ms };
+    const refused = (bytes: Uint8Array) => async () => {
+      const { status, ms } = await connection!.time(bytes);
+      assert.equal(status, 401);
+      return ms;
     };
+    const kinds = { unknown: refused(unknownNode), known: refused(knownNode) };
+    const pair = () => timeInRandomOrderAsync(kinds);
     for (let i = 0; i < WARM_UP; i++) await pair();
 
     const rounds: { z: number; line: string }[] = [];

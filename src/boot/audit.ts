@@ -300,3 +300,23 @@ function missing({ grants, granted }: Audit): string[] {
   }
   return refusals;
 }
+
+/**
+ * Runs the audit before a boot and reports it the one way every role does, on stderr: each
+ * warning, and each refusal followed by the flags to run with.
+ *
+ * @param grants the config's grants
+ * @param query how a permission is looked up (tests pass one)
+ * @returns true when the boot may go on; false when it is refused (exit status 1)
+ */
+export function auditBeforeBoot(
+  grants: readonly Grant[],
+  query: PermissionQuery = queryDeno,
+): boolean {
+  const audit = auditPermissions(grants, query);
+  for (const warning of audit.warnings) console.error(`portcullis: warning: ${warning}`);
+  if (audit.refusals.length === 0) return true;
+  for (const refusal of audit.refusals) console.error(`portcullis: ${refusal}`);
+  console.error(`portcullis: boot refused; run with: deno run ${formatFlags(grants)} ...`);
+  return false;
+}

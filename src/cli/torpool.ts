@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { auditPermissions, type PermissionQuery } from "../boot/audit.ts";
+import { auditBeforeBoot, type PermissionQuery } from "../boot/audit.ts";
 import { CODE_GRANTS, formatFlags, type Grant } from "../boot/flags.ts";
 import { ConfigError } from "../config/problems.ts";
 import { readYaml } from "../config/yaml_file.ts";
@@ -58,13 +58,7 @@ export async function runTorpoolVerb(
     );
     return 2;
   }
-  const audit = auditPermissions(grants, query);
-  for (const warning of audit.warnings) console.error(`portcullis: warning: ${warning}`);
-  if (audit.refusals.length > 0) {
-    for (const refusal of audit.refusals) console.error(`portcullis: ${refusal}`);
-    console.error(`portcullis: boot refused; run with: deno run ${formatFlags(grants)} ...`);
-    return 1;
-  }
+  if (!auditBeforeBoot(grants, query)) return 1;
   return await serve(config);
 }
 

@@ -116,8 +116,11 @@ export const RuntimeWatch = v.optional(
   {},
 );
 
-/** Remote mode's hub: `https` with a client certificate (mTLS), or `http` with a token file. */
-const HubClient = v.strictObject({
+/**
+ * Remote mode's hub: `https` with a client certificate (mTLS), or `http` with a token file. A door
+ * follows its hub with the same block (src/door/schema.ts).
+ */
+export const HubClient = v.strictObject({
   url: v.pipe(
     v.string("Expected a URL"),
     v.regex(

@@ -51,7 +51,7 @@ export type RuntimeSource =
 type Resolve = (path: string) => string;
 
 /** Records one problem about a field of the file being resolved. */
-type Report = (path: (string | number)[], message: string, value?: unknown) => void;
+export type Report = (path: (string | number)[], message: string, value?: unknown) => void;
 
 /**
  * The mode's fields, checked together: a tenants folder for local, a hub and cache for remote.
@@ -90,14 +90,28 @@ function checkRemoteMode(raw: BootstrapConfig, report: Report): void {
   }
   if (!raw.hub) report(["hub"], "Remote mode needs hub: {url, ...}");
   if (raw.cache_dir === undefined) report(["cache_dir"], "Remote mode needs cache_dir");
-  if (raw.hub) checkHub(raw.hub, report);
+  if (raw.hub) checkHubSettings(raw.hub, report);
 }
 
-/** The hub settings as the schema parsed them. */
-type HubSettings = NonNullable<BootstrapConfig["hub"]>;
+/** A hub connection's fields as a schema parsed them (an edge's `hub`, a door's). */
+export interface HubSettings {
+  readonly url: string;
+  readonly ca_file?: string;
+  readonly cert_file?: string;
+  readonly key_file?: string;
+  readonly token_file?: string;
+  readonly register?: unknown;
+  readonly backoff_initial_ms: number;
+  readonly backoff_max_ms: number;
+}
 
-/** The hub's fields: one way to authenticate, matching its scheme, and a backoff under its cap. */
-function checkHub(hub: HubSettings, report: Report): void {
+/**
+ * A hub connection's fields, checked together (an edge's, a door's): one way to authenticate,
+ * matching its scheme; registration only over https; a backoff under its cap.
+ *
+ * @param report where each problem goes, with its path from the config's root
+ */
+export function checkHubSettings(hub: HubSettings, report: Report): void {
   const https = hub.url.startsWith("https:");
   const missing = https
     ? (["ca_file", "cert_file", "key_file"] as const).filter((k) => hub[k] === undefined)

@@ -16,6 +16,7 @@ import {
 } from "../config/load.ts";
 import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.ts";
 import { validateFile } from "../config/validate.ts";
+import { checkHubSettings } from "../config/runtime_source.ts";
 import type { YamlFile } from "../config/yaml_file.ts";
 import { type DoorConfigInput, DoorConfigSchema } from "./schema.ts";
 
@@ -76,7 +77,7 @@ export function loadDoorConfig(source: YamlFile): DoorConfig {
   const problems: ConfigProblem[] = [];
   const report: Report = (path, message, value) =>
     problems.push({ file: source.file, path, value, message, at: source.locate(path) });
-  checkHub(raw.hub, report);
+  checkHubSettings(raw.hub, report);
   const listen = raw.listen.map((l) => ({
     address: listenerAddress(l, resolve),
     ...(l.tls
@@ -101,36 +102,6 @@ export function loadDoorConfig(source: YamlFile): DoorConfig {
 
 /** Records one problem about a field of the door config. */
 type Report = (path: (string | number)[], message: string, value?: unknown) => void;
-
-/** The hub's fields: one way to authenticate, matching the scheme; registration over https. */
-function checkHub(hub: DoorConfigInput["hub"], report: Report): void {
-  const https = hub.url.startsWith("https:");
-  const needed = https
-    ? (["ca_file", "cert_file", "key_file"] as const)
-    : (["token_file"] as const);
-  for (const key of needed.filter((k) => hub[k] === undefined)) {
-    report(
-      ["hub", key],
-      https
-        ? "An https hub authenticates this door by client certificate: set ca_file, cert_file " +
-          "and key_file"
-        : "An http hub authenticates this door by token: set token_file",
-    );
-  }
-  if (https && hub.token_file !== undefined) {
-    report(["hub", "token_file"], "An https hub uses the client certificate, not a token");
-  }
-  if (!https && hub.register) {
-    report(["hub", "register"], "Registration gets a client certificate: it needs an https hub");
-  }
-  if (hub.backoff_initial_ms > hub.backoff_max_ms) {
-    report(
-      ["hub", "backoff_initial_ms"],
-      `The first delay is longer than the cap (${hub.backoff_max_ms} ms)`,
-      hub.backoff_initial_ms,
-    );
-  }
-}
 
 /** Health only on loopback or a Unix socket, and no two listeners alike. */
 function checkListeners(

@@ -10,10 +10,9 @@
 import http from "node:http";
 import https from "node:https";
 import type { Server, Socket } from "node:net";
-import type { AddressInfo } from "node:net";
 import { BootError } from "../boot/boot_error.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
-import { bindServer } from "../server/bind.ts";
+import { bindServer, boundAddress, closeServerAt } from "../server/bind.ts";
 import type { DoorConfig } from "./config.ts";
 
 /** The two kinds of door listener. */
@@ -70,14 +69,14 @@ export class DoorListeners {
       await this.close();
       throw new BootError([(error as Error).message]);
     }
-    return this.#listening.map((b) => ({ role: b.role, address: addressOf(b) }));
+    return this.#listening.map((b) => ({ role: b.role, address: boundAddress(b) }));
   }
 
   /** Closes the listeners of one role (or all) and destroys their sockets. */
   async close(role?: DoorRole): Promise<void> {
     const closing = this.#listening.filter((b) => role === undefined || b.role === role);
     for (const bound of closing) this.#listening.splice(this.#listening.indexOf(bound), 1);
-    await Promise.all(closing.map(closeServer));
+    await Promise.all(closing.map(closeServerAt));
   }
 }
 
@@ -100,24 +99,4 @@ function makeServer(
     socket.once("close", () => sockets.delete(socket));
   });
   return { role: spec.role, address: spec.address, server, sockets };
-}
-
-/** Where a listener actually bound. */
-function addressOf(bound: Bound): ListenerAddress {
-  const info = bound.server.address();
-  if (bound.address.kind === "unix" || info === null || typeof info === "string") {
-    return bound.address;
-  }
-  return { kind: "tcp", hostname: (info as AddressInfo).address, port: (info as AddressInfo).port };
-}
-
-/** Closes one listener (removing its socket file) and destroys its open sockets. */
-function closeServer(bound: Bound): Promise<void> {
-  return new Promise((resolve) => {
-    bound.server.close(async () => {
-      if (bound.address.kind === "unix") await Deno.remove(bound.address.path).catch(() => {});
-      resolve();
-    });
-    for (const socket of bound.sockets) socket.destroy();
-  });
 }

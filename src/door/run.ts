@@ -7,7 +7,7 @@
  * @module
  */
 import { join } from "node:path";
-import { auditPermissions } from "../boot/audit.ts";
+import { auditBeforeBoot } from "../boot/audit.ts";
 import { formatFlags } from "../boot/flags.ts";
 import { formatAddress } from "../config/load.ts";
 import { readCover } from "./boot.ts";
@@ -39,13 +39,7 @@ export async function runDoorVerb(
     console.log(`  permissions: ${formatFlags(grants)}`);
     return 0;
   }
-  const audit = auditPermissions(grants);
-  for (const warning of audit.warnings) console.error(`portcullis: warning: ${warning}`);
-  if (audit.refusals.length > 0) {
-    for (const refusal of audit.refusals) console.error(`portcullis: ${refusal}`);
-    console.error(`portcullis: boot refused; run with: deno run ${formatFlags(grants)} ...`);
-    return 1;
-  }
+  if (!auditBeforeBoot(grants)) return 1;
   const door = await startDoor(config);
   const onSignal = () => void door.close();
   Deno.addSignalListener("SIGTERM", onSignal);

@@ -7,7 +7,7 @@
  * @module
  */
 import * as v from "valibot";
-import { Listener } from "../config/bootstrap.ts";
+import { HubClient, Listener } from "../config/bootstrap.ts";
 import { IpLiteral, Port, Text, wholeNumber } from "../config/fields.ts";
 
 const NodeId = v.pipe(
@@ -23,35 +23,15 @@ const PublicListener = v.strictObject({
 });
 
 /**
- * The hub the door follows: `https` with a client certificate (mutual TLS), or `http` with a
- * token file — the edge's hub block, plus registration and the grace after a revocation.
+ * The hub the door follows: the edge's hub block (`https` with a client certificate, or `http`
+ * with a token file; registration, renewal, the grace after a revocation), its backoff capped at
+ * 30 s — a door that lost its hub should not wait longer to hear of a new view or a revocation.
  */
 const DoorHub = v.strictObject({
-  url: v.pipe(
-    v.string("Expected a URL"),
-    v.regex(
-      /^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/,
-      "Expected http(s)://host:port, with the port and without a path",
-    ),
-  ),
-  /** The CA that signed the hub's certificate (https). */
-  ca_file: v.optional(Text),
-  /** This door's client certificate and key (https); written by registration when absent. */
-  cert_file: v.optional(Text),
-  key_file: v.optional(Text),
-  /** This door's token (http): the file holds the token, nothing else. */
-  token_file: v.optional(Text),
-  /** Longest a stream request waits for the hub's answer before asking again. */
-  poll_timeout_ms: v.optional(wholeNumber(1000, 600_000), 35_000),
+  ...HubClient.entries,
   /** Reconnection backoff: doubles from the first delay up to the cap (30 s at most). */
   backoff_initial_ms: v.optional(wholeNumber(1, 30_000), 250),
   backoff_max_ms: v.optional(wholeNumber(1, 30_000), 30_000),
-  /** Register with the hub using a one-time secret when `cert_file` is missing (https). */
-  register: v.optional(v.strictObject({ secret_file: Text })),
-  /** A certificate from the fleet CA is renewed when it has fewer days than this left. */
-  renew_before_days: v.optional(wholeNumber(1, 3650), 30),
-  /** After the hub says `node_revoked`: keep serving this long, then close. */
-  grace_seconds: v.optional(wholeNumber(0, 86_400), 30),
 });
 
 /** The door config schema. */

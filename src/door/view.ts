@@ -12,8 +12,10 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
 import * as v from "valibot";
+import { hashView, sortedView } from "../live/view_hash.ts";
+
+export { hashView, sortedView };
 
 /** How a mirror fared in the hub's last probes. */
 export type Verdict = "live" | "degraded" | "blocked" | "unknown";
@@ -116,31 +118,4 @@ export function rebuildView(answer: DoorAnswer, base: HeldView | undefined): Hel
     );
   }
   return { hash, view: sorted };
-}
-
-/** The view's hash: SHA-256 of its canonical JSON, in hex. */
-export function hashView(view: DoorView): string {
-  return createHash("sha256").update(canonicalJson(view)).digest("hex");
-}
-
-/** A view in canonical order: mirrors by host, slugs by slug. */
-export function sortedView(view: DoorView): DoorView {
-  const order = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-  return {
-    slugs: [...view.slugs].sort((a, b) => order(a.slug, b.slug)),
-    mirrors: [...view.mirrors].sort((a, b) => order(a.host, b.host)),
-  };
-}
-
-/** JSON with every object's keys sorted, so equal values always give equal text. */
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const record = value as Record<string, unknown>;
-    const keys = Object.keys(record).filter((key) => record[key] !== undefined).sort();
-    return `{${
-      keys.map((key) => `${JSON.stringify(key)}:${canonicalJson(record[key])}`).join(",")
-    }}`;
-  }
-  return JSON.stringify(value);
 }

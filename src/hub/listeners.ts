@@ -9,7 +9,7 @@
 import http from "node:http";
 import https from "node:https";
 import type { Buffer } from "node:buffer";
-import type { AddressInfo, Server, Socket } from "node:net";
+import type { Server, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { overlaps } from "../boot/distinct.ts";
 import { BootError } from "../boot/boot_error.ts";
@@ -17,7 +17,7 @@ import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import { failureReply } from "../request/errors.ts";
 import type { Reply } from "../request/reply.ts";
 import { requestIdFor } from "../request/request_id.ts";
-import { bindServer } from "../server/bind.ts";
+import { bindServer, boundAddress, closeServerAt } from "../server/bind.ts";
 import type { HubConfig, HubListenerRole } from "./config.ts";
 import { writeReply } from "../request/write_reply.ts";
 
@@ -134,7 +134,7 @@ export class HubListeners {
     }
     const actual = this.#listening.map((bound) => ({
       role: bound.role,
-      address: addressOf(bound),
+      address: boundAddress(bound),
     }));
     const clash = actual.flatMap((a, i) =>
       actual.slice(i + 1).filter((b) => overlaps(a.address, b.address)).map((b) =>
@@ -156,7 +156,7 @@ export class HubListeners {
 
   /** Closes every bound listener and destroys its sockets. */
   async close(): Promise<void> {
-    await Promise.all(this.#listening.map(closeServer));
+    await Promise.all(this.#listening.map(closeServerAt));
   }
 }
 
@@ -184,24 +184,4 @@ function makeServer(spec: ListenerSpec, timeouts: HubConfig["timeouts"]): BoundS
   server.keepAliveTimeout = timeouts.idleMs;
   server.maxHeadersCount = 100;
   return { role, address, server, sockets: new Set() };
-}
-
-/** Where a listener actually bound (a port 0 resolved). */
-function addressOf(bound: BoundServer): ListenerAddress {
-  const info = bound.server.address();
-  if (bound.address.kind === "unix" || info === null || typeof info === "string") {
-    return bound.address;
-  }
-  return { kind: "tcp", hostname: (info as AddressInfo).address, port: (info as AddressInfo).port };
-}
-
-/** Closes one listener (removing its socket file) and destroys its open sockets. */
-function closeServer(bound: BoundServer): Promise<void> {
-  return new Promise((resolve) => {
-    bound.server.close(async () => {
-      if (bound.address.kind === "unix") await Deno.remove(bound.address.path).catch(() => {});
-      resolve();
-    });
-    for (const socket of bound.sockets) socket.destroy();
-  });
 }

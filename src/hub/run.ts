@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { auditPermissions } from "../boot/audit.ts";
+import { auditBeforeBoot } from "../boot/audit.ts";
 import { formatFlags } from "../boot/flags.ts";
 import { formatAddress } from "../config/load.ts";
 import { hashFileSet, readFileSet, runtimeTextsOf } from "../config/file_set.ts";
@@ -83,13 +83,7 @@ export async function runHubVerb(
     ].join("\n"));
     return 0;
   }
-  const audit = auditPermissions(grants);
-  for (const warning of audit.warnings) console.error(`portcullis: warning: ${warning}`);
-  if (audit.refusals.length > 0) {
-    for (const refusal of audit.refusals) console.error(`portcullis: ${refusal}`);
-    console.error(`portcullis: boot refused; run with: deno run ${formatFlags(grants)} ...`);
-    return 1;
-  }
+  if (!auditBeforeBoot(grants)) return 1;
   const hub = await startHub(config);
   const onSignal = () => hub.close();
   Deno.addSignalListener("SIGTERM", onSignal);

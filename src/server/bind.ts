@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { Server } from "node:net";
+import type { AddressInfo, Server, Socket } from "node:net";
 import type { ListenerAddress } from "../config/load.ts";
 import { clearStaleSocket } from "./unix_socket.ts";
 
@@ -54,5 +54,32 @@ export async function bindServer(
     } catch (error) {
       fail(error as NodeJS.ErrnoException);
     }
+  });
+}
+
+/** A server bound (or to be) at a configured address, and its live sockets. */
+export interface ServerAt {
+  readonly server: Server;
+  readonly address: ListenerAddress;
+  readonly sockets: ReadonlySet<Socket>;
+}
+
+/** Where a server actually bound: a port 0 resolved; a Unix socket as configured. */
+export function boundAddress(bound: ServerAt): ListenerAddress {
+  const info = bound.server.address();
+  if (bound.address.kind === "unix" || info === null || typeof info === "string") {
+    return bound.address;
+  }
+  return { kind: "tcp", hostname: (info as AddressInfo).address, port: (info as AddressInfo).port };
+}
+
+/** Closes a server (removing its socket file) and destroys its open sockets. */
+export function closeServerAt(bound: ServerAt): Promise<void> {
+  return new Promise((resolve) => {
+    bound.server.close(async () => {
+      if (bound.address.kind === "unix") await Deno.remove(bound.address.path).catch(() => {});
+      resolve();
+    });
+    for (const socket of bound.sockets) socket.destroy();
   });
 }

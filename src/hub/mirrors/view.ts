@@ -2,15 +2,17 @@
  * The door view as the hub writes it: every slug with its strategy, and every enabled mirror with
  * its verdict — nothing else, so a door's compromise reveals slugs and public mirror hostnames
  * only. Mirrors are sorted by host and slugs by slug, and the hash is SHA-256 over canonical JSON
- * (object keys sorted at every level), so the door can rebuild a view from a delta and prove it
- * holds the same bytes the hub hashed. The door reads the same format in `src/door/view.ts` (the
- * two programs are peers and share no module; the end-to-end tests hold them to one format).
+ * (object keys sorted at every level: `src/live/view_hash.ts`, which the door uses too), so the door
+ * can rebuild a view from a delta and prove it holds the same bytes the hub hashed. The door reads
+ * the format in `src/door/view.ts`; the end-to-end tests hold the two programs to it.
  *
  * @module
  */
-import { createHash } from "node:crypto";
+import { canonicalJson, hashView, sortedView } from "../../live/view_hash.ts";
 import type { Strategy } from "./schema.ts";
 import type { Verdict } from "./verdict.ts";
+
+export { canonicalJson, hashView, sortedView };
 
 /** One mirror as a door sees it. */
 export interface DoorMirror {
@@ -54,40 +56,6 @@ export type DoorAnswer =
   | { readonly type: "current"; readonly hash: string };
 
 /**
- * JSON with every object's keys sorted, so equal values always give equal text.
- *
- * @example
- * ```ts
- * import { canonicalJson } from "./view.ts";
- * canonicalJson({ b: [2, { d: 1, c: null }], a: "x" }); // '{"a":"x","b":[2,{"c":null,"d":1}]}'
- * ```
- */
-export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const record = value as Record<string, unknown>;
-    const keys = Object.keys(record).filter((key) => record[key] !== undefined).sort();
-    return `{${
-      keys.map((key) => `${JSON.stringify(key)}:${canonicalJson(record[key])}`).join(",")
-    }}`;
-  }
-  return JSON.stringify(value);
-}
-
-/** The view's hash: SHA-256 of its canonical JSON, in hex. */
-export function hashView(view: DoorView): string {
-  return createHash("sha256").update(canonicalJson(view)).digest("hex");
-}
-
-/** A view in canonical order: mirrors by host, slugs by slug. */
-export function sortedView(view: DoorView): DoorView {
-  return {
-    slugs: [...view.slugs].sort((a, b) => compare(a.slug, b.slug)),
-    mirrors: [...view.mirrors].sort((a, b) => compare(a.host, b.host)),
-  };
-}
-
-/**
  * The delta that turns `base` into `live`: changed and added mirrors, removed hosts, and the slug
  * list when it differs.
  */
@@ -101,9 +69,4 @@ export function diffViews(
   const removed = base.mirrors.filter((m) => !hosts.has(m.host)).map((m) => m.host);
   const slugsChanged = canonicalJson(base.slugs) !== canonicalJson(live.slugs);
   return { mirrors, removed, ...(slugsChanged ? { slugs: live.slugs } : {}) };
-}
-
-/** Code-unit order, the same on every machine (no locale). */
-function compare(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
 }
