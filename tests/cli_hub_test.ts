@@ -7,17 +7,20 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { READ_ONLY, runCli } from "./fixtures/gateway.ts";
+import { runMain } from "./fixtures/gateway.ts";
 import { tenantsDir } from "./fixtures/config_files.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
-/** Runs the CLI from the repository root, so paths print as the README shows them. */
+/**
+ * Runs the CLI's `main` in this process from the repository root, so paths print as the README
+ * shows them (`tests/cli_test.ts` runs the command as a process).
+ */
 async function cli(args: string[]) {
   const before = Deno.cwd();
   Deno.chdir(ROOT);
   try {
-    return await runCli(READ_ONLY, args);
+    return await runMain(args);
   } finally {
     Deno.chdir(before);
   }

@@ -13,19 +13,22 @@ import { auditPermissions, type PermissionQuery } from "../src/boot/audit.ts";
 import { formatFlags } from "../src/boot/flags.ts";
 import { torpoolGrants } from "../src/cli/torpool.ts";
 import type { PoolConfig } from "../src/torpool/config.ts";
-import { READ_ONLY, runCli } from "./fixtures/gateway.ts";
+import { READ_ONLY, runCli, runMain } from "./fixtures/gateway.ts";
 import { freeRanges, makePoolDir, type PoolDir, waitFor } from "./fixtures/torpool_harness.ts";
 import { unixRequest } from "./fixtures/unix_request.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const MAIN = join(ROOT, "main.ts");
 
-/** Runs the CLI from the repository root, so paths print as the README shows them. */
+/**
+ * Runs the CLI's `main` in this process from the repository root, so paths print as the README
+ * shows them (`tests/cli_test.ts` runs the command as a process).
+ */
 async function cli(args: string[]) {
   const before = Deno.cwd();
   Deno.chdir(ROOT);
   try {
-    return await runCli(READ_ONLY, args);
+    return await runMain(args);
   } finally {
     Deno.chdir(before);
   }
