@@ -162,7 +162,8 @@ const STRICT_HTTP2 = "PORTCULLIS_STRICT_HTTP2";
 /**
  * True when every failure is the gateway's death by SIGSEGV or SIGABRT in an arena with
  * `tls.http2: true` — the crash of Deno 2.9.6's nghttp2 binding that the gateway warns of at boot
- * (opt-in, docs/decisions.md §8) — and nothing failed before it. Such a run is reported, not
+ * (opt-in, docs/decisions.md §8), during a case or after the last one — and nothing failed before
+ * it. Such a run is reported, not
  * failed, unless {@link STRICT_HTTP2} is set: it is a defect of the runtime this gateway cannot
  * fix, and failing on it would make every run a coin toss. Anything else fails as ever: a wrong
  * answer before the crash, a crash with HTTP/2 off, another exit.
@@ -174,11 +175,17 @@ function knownHttp2Crash(
 ): boolean {
   if (options.tls?.http2 !== true || Deno.env.get(STRICT_HTTP2) === "1") return false;
   if (!exit?.summary || !/code (134|139) /.test(`${exit.summary} `)) return false;
-  return failures.every(({ error }) => {
+  return failures.every(({ name, error }) => {
     const message = error instanceof Error ? error.message : String(error);
-    return /gateway died during this case|^Not run: the gateway had|before the end$/im.test(
-      message,
-    );
+    if (/gateway died during this case|^Not run: the gateway had|before the end$/im.test(message)) {
+      return true;
+    }
+    // It may die after the last case, while the closing checks run: they then cannot connect, and
+    // the stop finds it already dead by the same abort.
+    return name === AFTER_CASES &&
+      /Connection refused|did not exit 0 on SIGTERM: it exited with code (134|139) /.test(
+        `${message} `,
+      );
   });
 }
 
