@@ -113,7 +113,7 @@ Deno.test("hub revoke lists every certificate the node was issued, renewals incl
   }
 });
 
-Deno.test("hub add-node and revoke in token mode write and remove the node's token file", async () => {
+Deno.test("hub add-node and revoke in token mode write the node's token file, then move it aside", async () => {
   const { dir, config } = await hubFolder(false);
   try {
     const added = await runMain(["hub", "add-node", config, "edge-1"]);
@@ -124,6 +124,8 @@ Deno.test("hub add-node and revoke in token mode write and remove the node's tok
     assert.equal((await runMain(["hub", "add-node", config, "edge-1"])).code, 1);
     assert.equal((await runMain(["hub", "revoke", config, "edge-1"])).code, 0);
     await assert.rejects(Deno.stat(file), Deno.errors.NotFound);
+    // Kept aside, owner-only, so a hub that restarts still knows the token was revoked.
+    assert.equal((await Deno.stat(`${dir}/tokens/revoked/edge-1.token`)).mode! & 0o777, 0o600);
     assert.equal((await runMain(["hub", "revoke", config, "edge-1"])).code, 1);
     const initCa = await runMain(["hub", "init-ca", config, "--name", "x"]);
     assert.equal(initCa.code, 1);

@@ -10,6 +10,8 @@ import { boundedTest } from "./fixtures/bounded_test.ts";
 import { answerOf, startFleetHub } from "./fixtures/fleet.ts";
 import { startTestHub } from "./fixtures/hub_in_process.ts";
 import { waitFor } from "./fixtures/in_process.ts";
+import type { IncomingMessage } from "node:http";
+import { tokenAuth } from "../src/hub/auth.ts";
 import { initCa, loadIssuer } from "../src/trust/ca.ts";
 import { revokeNode, writeCrl } from "../src/trust/crl.ts";
 
@@ -125,3 +127,27 @@ boundedTest(
   },
   30_000,
 );
+
+Deno.test("revocation: a token hub revoke moved aside is still revoked after a hub restart", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "portcullis-tokens-" });
+  try {
+    await Deno.mkdir(`${dir}/revoked`);
+    await Deno.writeTextFile(`${dir}/revoked/edge-1.token`, "old-token\n", { mode: 0o600 });
+    await Deno.writeTextFile(`${dir}/edge-2.token`, "live-token\n", { mode: 0o600 });
+    // A fresh book: what a restarted hub makes.
+    const authenticate = tokenAuth(dir);
+    const as = (token: string) =>
+      ({ headers: { authorization: `Bearer ${token}` } }) as unknown as IncomingMessage;
+    assert.deepEqual(await authenticate(as("old-token"), "edge-1"), {
+      ok: false,
+      kind: "node_revoked",
+    });
+    assert.deepEqual(await authenticate(as("a-guess"), "edge-1"), {
+      ok: false,
+      kind: "unauthenticated",
+    });
+    assert.equal((await authenticate(as("live-token"), "edge-2")).ok, true);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

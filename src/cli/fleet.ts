@@ -11,8 +11,8 @@
  * for each `--name`, an empty CRL); move `root.key` offline afterwards — the hub never reads it.
  * `add-node` makes a node's one-time registration secret (with `ca`) or its token file (with
  * `api.tokens_dir`). `revoke` adds every certificate issued to the node to the CRL (the running
- * hub picks it up within `revocation.reload_ms`, at once when it sees the file change), or removes
- * the node's token file.
+ * hub picks it up within `revocation.reload_ms`, at once when it sees the file change), or moves
+ * the node's token file to `<tokens_dir>/revoked/` (so a restarted hub still knows it).
  *
  * @module
  */
@@ -22,7 +22,7 @@ import { writeSecretFile } from "../trust/csr.ts";
 import { initCa } from "../trust/ca.ts";
 import { revokeNode } from "../trust/crl.ts";
 import { addNodeSecret } from "../trust/node_secrets.ts";
-import { NODE_ID } from "../hub/auth.ts";
+import { NODE_ID, REVOKED_FOLDER } from "../hub/auth.ts";
 import { type HubConfig, isHubFile, loadHubConfig } from "../hub/config.ts";
 
 /** The fleet verbs, as `portcullis hub <verb>` takes them. */
@@ -102,7 +102,7 @@ async function addNode(config: HubConfig, nodeId: string, type: "edge" | "door")
   return 0;
 }
 
-/** Revokes every certificate of the node (CA), or removes its token file (tokens). */
+/** Revokes every certificate of the node (CA), or moves its token file aside (tokens). */
 async function revoke(config: HubConfig, nodeId: string, reason?: string): Promise<number> {
   if (config.ca) {
     const { serials } = await revokeNode(config.ca.files.dir, nodeId, reason);
@@ -112,14 +112,19 @@ async function revoke(config: HubConfig, nodeId: string, reason?: string): Promi
     );
     return 0;
   }
+  // Moved aside, not deleted: a hub that restarts still tells the token's holder node_revoked.
   const file = `${config.api.tokensDir}/${nodeId}.token`;
+  const kept = `${config.api.tokensDir}/${REVOKED_FOLDER}/${nodeId}.token`;
+  await Deno.mkdir(`${config.api.tokensDir}/${REVOKED_FOLDER}`, { mode: 0o700 }).catch(() => {});
   try {
-    await Deno.remove(file);
+    await Deno.rename(file, kept);
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return refuse(`${file} does not exist`);
     throw error;
   }
-  console.log(`portcullis: removed ${file}; the hub stops ${nodeId} within revocation.reload_ms`);
+  console.log(
+    `portcullis: moved ${file} to ${kept}; the hub stops ${nodeId} within revocation.reload_ms`,
+  );
   return 0;
 }
 

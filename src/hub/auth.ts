@@ -183,9 +183,10 @@ class TokenBook {
   readonly #dummy: Uint8Array;
   #digests = new Map<string, Uint8Array>();
   /**
-   * Each node's token removed (or replaced) since start: presenting it is `node_revoked`, an
-   * answer only a holder of the token can get. Kept in memory: a restarted hub answers such a
-   * token `unauthenticated`.
+   * Each node's token removed (or replaced) since start, and those `hub revoke` moved to
+   * `<tokens_dir>/revoked/` (read once, at the first read, so a restarted hub remembers them):
+   * presenting one is `node_revoked`, an answer only a holder of the token can get. A token file
+   * deleted by hand is remembered only until the hub restarts.
    */
   readonly #retired = new Map<string, Uint8Array>();
   #read?: { readonly mtime: number; readonly at: number; readonly seq: number };
@@ -268,6 +269,7 @@ class TokenBook {
       refusals.push(`Cannot read the tokens folder: ${describeIoError(error)}; no node can`);
     }
     if (this.#read && this.#read.seq > seq) return; // a later read finished first
+    if (!this.#read) await this.#readRevoked(refusals);
     for (const [nodeId, before] of this.#digests) {
       const now = digests.get(nodeId);
       if (!now || !timingSafeEqual(now, before)) this.#retired.set(nodeId, before);
@@ -281,4 +283,27 @@ class TokenBook {
     }
     this.#refusals = new Set(refusals);
   }
+
+  /** Reads `revoked/<node_id>.token` (what `hub revoke` moved there) into the retired digests. */
+  async #readRevoked(refusals: string[]): Promise<void> {
+    const folder = `${this.#dir}/${REVOKED_FOLDER}`;
+    try {
+      for await (const entry of Deno.readDir(folder)) {
+        const nodeId = entry.name.endsWith(".token") ? entry.name.slice(0, -".token".length) : "";
+        if (!NODE_ID.test(nodeId) || this.#retired.has(nodeId)) continue;
+        try {
+          this.#retired.set(nodeId, this.digest(await readTokenFile(folder, nodeId)));
+        } catch (error) {
+          refusals.push(`${(error as Error).message}; a revoked token of "${nodeId}" is unread`);
+        }
+      }
+    } catch (error) {
+      if (!(error instanceof Deno.errors.NotFound)) {
+        refusals.push(`Cannot read ${folder}: ${describeIoError(error)}`);
+      }
+    }
+  }
 }
+
+/** Where `hub revoke` keeps the tokens it revoked, inside the tokens folder. */
+export const REVOKED_FOLDER = "revoked";
