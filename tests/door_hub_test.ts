@@ -92,7 +92,12 @@ boundedTest(
       assert.equal(hit.headers.get("location"), "https://mirror-one.example/");
       assert.equal((await ask(port, "/nothing-here")).body, COVER);
       assert.ok(fleet.test.lines.some((l) => /registered door door-1/.test(l)));
-      await eventually("the renewal", () => fleet.test.lines.some((l) => /renewed door-1/.test(l)));
+      // The door's own record: the new pair is on disk (the hub's log line comes before the writes).
+      await eventually("the renewal", () => {
+        const renewal = started!.door.status().renewal as { outcome?: string } | null;
+        return renewal?.outcome === "renewed";
+      });
+      assert.ok(fleet.test.lines.some((l) => /renewed door-1/.test(l)));
       await eventually(
         "a 302 after the renewal",
         async () => (await ask(port, `/${SLUG}`)).status === 302,
