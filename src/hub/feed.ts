@@ -11,6 +11,7 @@ import { Buffer } from "node:buffer";
 import type { FileSet } from "../config/file_set.ts";
 import { type ConfigStatus, configStatus, type ConfigStore } from "../live/generations.ts";
 import { formatPath } from "../config/problems.ts";
+import { HeldPolls } from "../live/backoff.ts";
 
 /** One generation the hub can answer from. */
 interface Published {
@@ -58,7 +59,7 @@ export class ConfigFeed {
   readonly #nodeId: string;
   readonly #keep: number;
   readonly #history: Published[] = [];
-  readonly #waiters = new Set<() => void>();
+  readonly #held = new HeldPolls();
 
   /**
    * @param store the hub's generations; each one it swaps in must carry its `files`
@@ -77,7 +78,7 @@ export class ConfigFeed {
       this.#history.push({ number: generation.number, hash: generation.hash, files });
       if (this.#history.length > this.#keep) this.#history.shift();
     });
-    store.onStatus(() => this.#wake());
+    store.onStatus(() => this.#held.wake());
   }
 
   /** The live generation's number and hash. */
@@ -87,7 +88,7 @@ export class ConfigFeed {
 
   /** Requests held right now. */
   get waiting(): number {
-    return this.#waiters.size;
+    return this.#held.size;
   }
 
   /**
@@ -99,17 +100,7 @@ export class ConfigFeed {
    */
   async answer(have: string, holdMs: number, signal?: AbortSignal): Promise<StreamAnswer> {
     if (have !== "" && have === this.live.hash && holdMs > 0 && !signal?.aborted) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          clearTimeout(timer);
-          this.#waiters.delete(done);
-          signal?.removeEventListener("abort", done);
-          resolve();
-        };
-        const timer = setTimeout(done, holdMs);
-        this.#waiters.add(done);
-        signal?.addEventListener("abort", done);
-      });
+      await this.#held.hold(holdMs, signal);
     }
     return this.#answerNow(have);
   }
@@ -156,13 +147,9 @@ export class ConfigFeed {
     };
   }
 
-  #wake(): void {
-    for (const waiter of [...this.#waiters]) waiter();
-  }
-
   /** Releases every held request (they are answered `current`). */
   close(): void {
-    this.#wake();
+    this.#held.wake();
   }
 }
 

@@ -56,3 +56,37 @@ export function sleep(ms: number, signal: AbortSignal): Promise<void> {
     signal.addEventListener("abort", done);
   });
 }
+
+/**
+ * Long polls held until something changes: each {@link hold} waits up to its time, or until
+ * {@link wake} (a change, a stop) or its signal ends it. The hub's config feed and its door feed
+ * hold their polls with one of these.
+ */
+export class HeldPolls {
+  readonly #waiters = new Set<() => void>();
+
+  /** Polls held now. */
+  get size(): number {
+    return this.#waiters.size;
+  }
+
+  /** Waits `ms`, or less when woken or when `signal` aborts (it never rejects). */
+  hold(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#waiters.delete(done);
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.#waiters.add(done);
+      signal?.addEventListener("abort", done);
+    });
+  }
+
+  /** Ends every hold now. */
+  wake(): void {
+    for (const waiter of [...this.#waiters]) waiter();
+  }
+}

@@ -12,6 +12,7 @@
  * @module
  */
 import { diffViews, type DoorAnswer, type DoorView, hashView, sortedView } from "./view.ts";
+import { HeldPolls } from "../../live/backoff.ts";
 
 /** One view the feed can answer from. */
 interface Published {
@@ -23,7 +24,7 @@ interface Published {
 export class DoorFeed {
   readonly #keep: number;
   readonly #history: Published[] = [];
-  readonly #waiters = new Set<() => void>();
+  readonly #held = new HeldPolls();
 
   /**
    * @param first the view served until the first change
@@ -43,7 +44,7 @@ export class DoorFeed {
 
   /** Polls held right now. */
   get waiting(): number {
-    return this.#waiters.size;
+    return this.#held.size;
   }
 
   /**
@@ -57,7 +58,7 @@ export class DoorFeed {
     if (hash === this.live.hash) return false;
     this.#history.push({ hash, view: sorted });
     if (this.#history.length > this.#keep) this.#history.shift();
-    this.#wake();
+    this.#held.wake();
     return true;
   }
 
@@ -70,24 +71,14 @@ export class DoorFeed {
    */
   async answer(have: string, holdMs: number, signal?: AbortSignal): Promise<DoorAnswer> {
     if (have !== "" && have === this.live.hash && holdMs > 0 && !signal?.aborted) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          clearTimeout(timer);
-          this.#waiters.delete(done);
-          signal?.removeEventListener("abort", done);
-          resolve();
-        };
-        const timer = setTimeout(done, holdMs);
-        this.#waiters.add(done);
-        signal?.addEventListener("abort", done);
-      });
+      await this.#held.hold(holdMs, signal);
     }
     return this.#answerNow(have);
   }
 
   /** Releases every held poll (each is answered `current`). */
   close(): void {
-    this.#wake();
+    this.#held.wake();
   }
 
   #answerNow(have: string): DoorAnswer {
@@ -96,9 +87,5 @@ export class DoorFeed {
     const base = have === "" ? undefined : this.#history.find((p) => p.hash === have);
     if (!base) return { type: "snapshot", hash: live.hash, view: live.view };
     return { type: "delta", from: have, hash: live.hash, ...diffViews(base.view, live.view) };
-  }
-
-  #wake(): void {
-    for (const waiter of [...this.#waiters]) waiter();
   }
 }
