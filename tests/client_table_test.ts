@@ -1,5 +1,5 @@
 /**
- * Unit tests for the shared client table: its GCRA against `ClientRateLimiter` on a seeded random
+ * Unit tests for the shared client table: its GCRA against `MapRateLimiter` on a seeded random
  * sequence, one state across views and across real worker isolates, eviction, TTL blocks, and the
  * FNV-1a key hash against a plain BigInt implementation.
  *
@@ -13,10 +13,10 @@ import {
   keyFromHalves,
   keyOf,
 } from "../src/policy/client_table.ts";
-import { ClientRateLimiter } from "../src/policy/rate_limit.ts";
+import { MapRateLimiter } from "./fixtures/gcra_model.ts";
 import { mulberry32 } from "./fixtures/random.ts";
 
-/** The rate of `per_second` and `burst`, as `ClientRateLimiter` derives it. */
+/** The rate of `per_second` and `burst`, as `MapRateLimiter` derives it. */
 function rateOf(perSecond: number, burst: number): GcraRate {
   const intervalMs = 1000 / perSecond;
   return { intervalMs, toleranceMs: intervalMs * burst };
@@ -63,9 +63,9 @@ Deno.test("ClientTable.allocate() rounds capacity up to a power of two, 40 bytes
   assert.throws(() => new ClientTable(new SharedArrayBuffer(64)), TypeError);
 });
 
-Deno.test("ClientTable.take() decides exactly as ClientRateLimiter.take() on a random sequence", () => {
+Deno.test("ClientTable.take() decides exactly as MapRateLimiter.take() on a random sequence", () => {
   for (const [perSecond, burst, seed] of [[8, 5, 1], [64, 3, 2], [0.5, 10, 3], [1000, 1, 4]]) {
-    const limiter = new ClientRateLimiter({ perSecond, burst, maxClients: 1000 });
+    const limiter = new MapRateLimiter({ perSecond, burst, maxClients: 1000 });
     const table = new ClientTable(ClientTable.allocate(1024));
     const rate = rateOf(perSecond, burst);
     const random = mulberry32(seed);
@@ -90,11 +90,12 @@ Deno.test("ClientTable.take() admits a burst at once, then one token per interva
   const key = keyOf("t|203.0.113.7");
   for (let n = 0; n < 4; n++) assert.equal(table.take(key, 0, rate).allowed, true);
   const denied = table.take(key, 0, rate);
-  assert.deepEqual({ ...denied }, { allowed: false, tatMs: 400, denialsInARow: 1 });
+  assert.deepEqual({ ...denied }, { allowed: false, tatMs: 400, aheadMs: 400, denialsInARow: 1 });
   assert.equal(table.take(key, 99, rate).denialsInARow, 2, "no token before 100 ms");
   assert.deepEqual({ ...table.take(key, 100, rate) }, {
     allowed: true,
     tatMs: 500,
+    aheadMs: 400,
     denialsInARow: 0,
   });
   assert.equal(table.take(key, 150, rate).allowed, false);
@@ -190,7 +191,12 @@ Deno.test("ClientTable evicts the least recently seen when a window is full, and
   for (let n = 1; n <= 19; n++) table.take(keyOf(`t|cold-${n}`), n, rate);
   assert.deepEqual(table.stats(), { capacity: 8, used: 8, evictions: 12 });
   const back = table.take(first, 20, rate);
-  assert.deepEqual({ ...back }, { allowed: true, tatMs: 1_000_020, denialsInARow: 0 });
+  assert.deepEqual({ ...back }, {
+    allowed: true,
+    tatMs: 1_000_020,
+    aheadMs: 1_000_000,
+    denialsInARow: 0,
+  });
   assert.equal(table.stats().evictions, 13, "coming back evicted someone else");
 });
 

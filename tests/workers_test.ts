@@ -283,3 +283,31 @@ Deno.test("workers: policy counters from the public workers reach /metrics on wo
     await gateway.dispose();
   }
 });
+
+Deno.test("workers: two public workers spend one rate limit and refuse one blocked client", async () => {
+  const limited = {
+    ...DEMO_TENANT,
+    policies: {
+      // Five requests, then none for 1,000 s; the second denial in a row blocks the client.
+      rate_limit: { per_second: 0.001, burst: 5, block_after: 2 },
+      ttl_block: { ttl_ms: 600_000, action: "404" },
+    },
+  };
+  const gateway = await twoWorkers(() => {}, [limited]);
+  try {
+    const statuses: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const response = await request(gateway.ports.public, {
+        path: "/",
+        headers: [["Host", "demo.test"]],
+      });
+      statuses.push(response.status);
+    }
+    const byWorker = await admittedByWorker(gateway);
+    assert.ok(byWorker[1] > 0 && byWorker[2] > 0, `both public workers served: ${byWorker}`);
+    // One bucket: 5 admitted, 2 denied (429), then the block (404) — in whichever worker.
+    assert.deepEqual(statuses, [...Array(5).fill(200), 429, 429, ...Array(23).fill(404)]);
+  } finally {
+    await gateway.dispose();
+  }
+});

@@ -83,6 +83,9 @@ export function requiredGrants(
   for (const target of config.egress.direct) {
     grants.push({ name: "net", value: target, purpose: "direct upstream" });
   }
+  for (const url of config.policyStores) {
+    grants.push({ name: "net", value: storeAddress(url), purpose: "fleet policy store" });
+  }
   grants.push({ name: "read", value: config.file, purpose: "config file" });
   const runtime = config.runtime;
   if (runtime.kind === "local") {
@@ -130,6 +133,11 @@ export function requiredGrants(
     }
   }
   return [...grants, ...CODE_GRANTS];
+}
+
+/** The `host:port` a `redis://host:port[/db]` store URL names (IPv6 in brackets, as written). */
+export function storeAddress(url: string): string {
+  return url.slice("redis://".length).replace(/\/[0-9]+$/, "");
 }
 
 /**

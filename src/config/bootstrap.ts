@@ -9,6 +9,7 @@ import { parseCidr } from "../request/cidr.ts";
 import { EgressSchema } from "./egress_schema.ts";
 import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
 import { HostName } from "./tenant_schema.ts";
+import { RedisUrl } from "./policy_schema.ts";
 
 const TcpListener = v.strictObject({ hostname: IpLiteral, port: Port });
 const UnixListener = v.strictObject({ path: SocketPath });
@@ -343,6 +344,11 @@ export const BootstrapSchema = v.strictObject({
     }),
     {},
   ),
+  /**
+   * The fleet stores (Redis-protocol servers) tenant policies may name in `store.redis.url`: each
+   * is one more net grant in `flags`. Their keys are hashed with `observe.salt_file`.
+   */
+  policy_stores: v.optional(v.array(RedisUrl, "Expected a list of redis:// URLs"), []),
   /** Peers whose X-Forwarded-For is believed (CIDRs); empty trusts nobody. */
   trusted_proxies: v.optional(
     v.array(

@@ -96,6 +96,8 @@ export interface EdgeConfig {
   readonly adminGate?: { readonly file: string };
   /** CIDRs whose X-Forwarded-For is believed. */
   readonly trustedProxies: readonly string[];
+  /** Fleet stores tenant policies may use (`redis://host:port[/db]`). */
+  readonly policyStores: readonly string[];
   /** The admin credential for `local_health`'s acting endpoints. */
   readonly admin: { readonly tokenFile?: string };
   /** Tenant-label salt, access log and diagnostics. */

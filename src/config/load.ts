@@ -79,12 +79,35 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     passthrough: passthroughOf(raw, resolve),
     adminGate: adminGateOf(raw, resolve),
     trustedProxies: raw.trusted_proxies,
+    policyStores: policyStoresOf(raw, source),
     admin: { tokenFile: optionalPath(raw.admin.token_file, resolve) },
     observe: observeOf(raw, resolve),
     egress,
     ledger: raw.ledger,
     source,
   };
+}
+
+/**
+ * The fleet stores, which need the tenant salt: a key in a shared store is a salted hash of the
+ * tenant and the client, so no plain host or address is ever written there.
+ *
+ * @throws {ConfigError} when stores are listed without `observe.salt_file`
+ */
+function policyStoresOf(raw: BootstrapConfig, source: YamlFile): readonly string[] {
+  const stores = [...new Set(raw.policy_stores)];
+  if (stores.length > 0 && raw.observe.salt_file === undefined) {
+    const path = ["policy_stores"];
+    throw new ConfigError([{
+      file: source.file,
+      path,
+      value: stores.join(", "),
+      message: "A fleet store needs observe.salt_file: its keys are salted hashes of tenant and " +
+        "client, and every edge of the fleet must use the same salt",
+      at: source.locate(path),
+    }]);
+  }
+  return stores;
 }
 
 /** Turns a path written in a config file into one that does not depend on the working folder. */

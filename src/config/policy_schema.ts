@@ -33,6 +33,52 @@ const BlockAction = v.picklist(
   'Expected "drop", "404", "429" or "timeout"',
 );
 
+/**
+ * A Redis-protocol server (Redis, Valkey) the fleet's edges share: `redis://host:port` with an
+ * optional database number; the edge must list it in its own `policy_stores` (a tenant file never
+ * widens where the edge may connect).
+ */
+export const RedisUrl = v.pipe(
+  v.string("Expected a redis:// URL"),
+  v.regex(
+    /^redis:\/\/(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}(\/[0-9]{1,2})?$/,
+    'Expected "redis://host:port" or "redis://host:port/db"',
+  ),
+);
+
+const RedisStore = {
+  url: RedisUrl,
+  /** Prefix of every key and channel this fleet writes (several fleets may share one server). */
+  key_prefix: v.optional(
+    v.pipe(
+      v.string(),
+      v.regex(/^[A-Za-z0-9:._-]{1,64}$/, "Expected 1-64 letters, digits, : . _ -"),
+    ),
+    "portcullis:",
+  ),
+  /** How long a decision waits for the store before the edge decides on its own table. */
+  timeout_ms: v.optional(wholeNumber(1, 10_000), 50),
+};
+
+const RateStore = v.strictObject({
+  redis: v.strictObject({
+    ...RedisStore,
+    /**
+     * A local bucket of this share of the fleet's rate and burst refuses a flooding client before
+     * it costs a store round trip (off when absent).
+     */
+    precheck_share: v.optional(
+      v.pipe(
+        v.number("Expected a number"),
+        v.gtValue(0, "Expected a share above 0"),
+        v.maxValue(1, "Expected a share of at most 1"),
+      ),
+    ),
+  }),
+});
+
+const BlockStore = v.strictObject({ redis: v.strictObject(RedisStore) });
+
 const RateLimit = v.strictObject({
   mode: Mode,
   /** Tokens refilled per second, per client. */
@@ -43,6 +89,8 @@ const RateLimit = v.strictObject({
   max_clients: v.optional(wholeNumber(1, 10_000_000), 100_000),
   /** Consecutive denials after which the client goes on the TTL blocklist (0: never). */
   block_after: v.optional(wholeNumber(0, 1_000_000), 0),
+  /** One limit for the whole fleet on a shared store (the edge's own table is the fallback). */
+  store: v.optional(RateStore),
 });
 
 const Caps = v.strictObject({
@@ -95,6 +143,8 @@ const TtlBlock = v.strictObject({
   action: v.optional(BlockAction, "429"),
   /** Addresses remembered at most. */
   max_entries: v.optional(wholeNumber(1, 10_000_000), 100_000),
+  /** Share blocks with every edge of the fleet through a store. */
+  store: v.optional(BlockStore),
 });
 
 const SecurityHeaders = v.strictObject({

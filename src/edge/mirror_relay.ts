@@ -70,7 +70,8 @@ export class MirrorRelay {
       this.#preparing.set(g.number, { left, problems, built });
       if (left.size === 0) done();
     });
-    this.#post({ type: "prepare", ...generationData(g, g.number, g.loadedAt) });
+    const tables = g.registry.environment.tables.share();
+    this.#post({ type: "prepare", ...generationData(g, g.number, g.loadedAt), tables });
     if (await within(ready, 10_000) === LATE) {
       problems.push({
         file: g.dir,

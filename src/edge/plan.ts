@@ -15,7 +15,8 @@ import { verifyCache } from "../live/cache.ts";
 import { runtimeTextsOf } from "../config/file_set.ts";
 import { type GenerationSource, hashTexts } from "../live/generations.ts";
 import { readRuntimeTexts } from "../config/tenant_files.ts";
-import { buildRegistry, TenantRegistry } from "../proxy/tenants.ts";
+import { buildRegistry, type PolicyEnvironment, TenantRegistry } from "../proxy/tenants.ts";
+import { PolicyTables, type SharedTables } from "../policy/policy_tables.ts";
 import { inwardMessage, tenantTargets } from "../proxy/inward.ts";
 import {
   type OwnListener,
@@ -84,6 +85,8 @@ export async function planEdge<S>(
     readonly first?: RuntimeSnapshot;
     /** `"probe"` measures the open-file limit (serve, at boot); a limit is used as given. */
     readonly fileLimit?: DescriptorLimit | "probe";
+    /** Worker 0's policy tables, in another request worker (default: tables of its own). */
+    readonly tables?: SharedTables;
   } = {},
 ): Promise<EdgePlan<S>> {
   const problems: ConfigProblem[] = [];
@@ -93,9 +96,13 @@ export async function planEdge<S>(
   const enabled = configuredLanes(config);
 
   // Tenants load first: a high-priority route gives the public lane a default priority reserve.
+  const environment = policyEnvironment(config, options.tables);
   const first = options.first
-    ? { ...options.first, ...(await buildRegistry(options.first.dir, options.first.texts)) }
-    : await firstGeneration(config);
+    ? {
+      ...options.first,
+      ...(await buildRegistry(options.first.dir, options.first.texts, undefined, environment)),
+    }
+    : await firstGeneration(config, environment);
   const tenants = first.registry;
   const tenantProblems = first.problems;
   const priorityRoutes = tenants?.tenants.some((t) =>
@@ -258,7 +265,7 @@ function planDescriptors(
  * 421 until the hub's first snapshot arrives). The hub client checks the cache again as it starts,
  * and it is the one that logs a refusal and shows it in `/v1/config`.
  */
-async function firstGeneration(config: EdgeConfig): Promise<{
+async function firstGeneration(config: EdgeConfig, environment: PolicyEnvironment): Promise<{
   registry?: TenantRegistry;
   problems: ConfigProblem[];
   dir: string;
@@ -269,7 +276,7 @@ async function firstGeneration(config: EdgeConfig): Promise<{
   const runtime = config.runtime;
   if (runtime.kind === "local") {
     const read = await readRuntimeTexts(runtime.dir);
-    const built = await buildRegistry(runtime.dir, read.texts);
+    const built = await buildRegistry(runtime.dir, read.texts, undefined, environment);
     return {
       registry: read.problems.length === 0 ? built.registry : undefined,
       problems: [...read.problems, ...built.problems],
@@ -282,7 +289,7 @@ async function firstGeneration(config: EdgeConfig): Promise<{
   const cached = await verifyCache(runtime.cacheDir);
   if (cached.state === "verified") {
     const texts = runtimeTextsOf(cached.files);
-    const built = await buildRegistry(cached.folder, texts);
+    const built = await buildRegistry(cached.folder, texts, undefined, environment);
     const reachable = built.registry && checkReach(config, built.registry).length === 0;
     if (built.registry && reachable) {
       return {
@@ -296,7 +303,7 @@ async function firstGeneration(config: EdgeConfig): Promise<{
     }
   }
   return {
-    registry: new TenantRegistry([]),
+    registry: new TenantRegistry([], undefined, undefined, environment),
     problems: [],
     dir: runtime.cacheDir,
     texts: new Map(),
@@ -385,4 +392,12 @@ function checkTls(config: EdgeConfig): ConfigProblem[] {
     message: "At most one certificate can be the default",
     at: config.source.locate(["lanes", "public", "tls", "certificates"]),
   }];
+}
+
+/**
+ * Where this edge's policies keep their state: its shared tables (worker 0's, in another worker)
+ * and the fleet stores its config lists (connected when the edge starts, never while planning).
+ */
+function policyEnvironment(config: EdgeConfig, shared?: SharedTables): PolicyEnvironment {
+  return { tables: new PolicyTables(shared), stores: config.policyStores };
 }

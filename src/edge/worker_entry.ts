@@ -58,6 +58,7 @@ async function handle(message: ToWorker): Promise<void> {
   if (!edge) return;
   const store = edge.services.config;
   if (message.type === "prepare") {
+    if (message.tables) store.current.registry.environment.tables.adopt(message.tables);
     const problems = await store.prepare({
       dir: message.dir,
       texts: new Map(message.texts),
@@ -112,6 +113,7 @@ async function planAsOwner(message: StartMessage): Promise<EdgePlan<EdgeServices
       source: first.source,
     },
     fileLimit: message.fileLimit,
+    tables: first.tables,
   });
 }
 

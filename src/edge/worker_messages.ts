@@ -11,6 +11,7 @@ import type { LedgerBuffers } from "../ledger/memory.ts";
 import type { ConfigProblem } from "../config/problems.ts";
 import type { PolicyCounts } from "../policy/policy_stats.ts";
 import type { MetricCounts } from "../observe/request_metrics.ts";
+import type { SharedTables } from "../policy/policy_tables.ts";
 
 /** A generation as plain data: enough to rebuild it. */
 export interface GenerationData {
@@ -20,6 +21,8 @@ export interface GenerationData {
   readonly source: GenerationSource;
   readonly dir: string;
   readonly texts: [string, string][];
+  /** Worker 0's policy tables once it built this generation: every worker uses the same. */
+  readonly tables?: SharedTables;
 }
 
 /** From the owner to a worker. */

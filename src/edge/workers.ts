@@ -142,7 +142,10 @@ class WorkerPool {
         version: this.#options.version,
         index,
         ...this.#shared,
-        first: generationData(this.#plan.runtime, this.#firstNumber, Date.now()),
+        first: {
+          ...generationData(this.#plan.runtime, this.#firstNumber, Date.now()),
+          tables: this.#plan.tenants.environment.tables.share(),
+        },
         fileLimit: this.#plan.descriptors?.limit,
       } satisfies ToWorker,
     );

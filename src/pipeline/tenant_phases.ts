@@ -64,7 +64,7 @@ export const TENANT_PHASES: readonly Phase<DataplaneServices>[] = [
 ];
 
 /** Resolves the tenant and takes its policies; an unknown host is 421 once the globals' ran. */
-function tenantPhase(exchange: Exchange, services: DataplaneServices): Reply | undefined {
+function tenantPhase(exchange: Exchange, services: DataplaneServices): Pending {
   const registry = services.tenants();
   const tenant = resolveTenant(registry, exchange);
   const policies = tenant ? tenant.policies : registry.globalPolicies;
@@ -79,8 +79,10 @@ function tenantPhase(exchange: Exchange, services: DataplaneServices): Reply | u
     if (exchange.record) exchange.record.tenantHost = tenant.host;
     return undefined;
   }
-  return gatePolicies(exchange, services) ??
-    failureReply("misdirected_request", exchange.requestId);
+  return orElse(
+    gatePolicies(exchange, services),
+    () => failureReply("misdirected_request", exchange.requestId),
+  );
 }
 
 /** The tenant the request names, or undefined when the gateway must answer 421. */
@@ -94,7 +96,7 @@ function resolveTenant(registry: TenantRegistry, context: RequestContext): Tenan
 }
 
 /** Matches a route; no match is 404 once the tenant's policies ran. */
-function routePhase(exchange: Exchange, services: DataplaneServices): Reply | undefined {
+function routePhase(exchange: Exchange, services: DataplaneServices): Pending {
   const { head } = exchange;
   const match = exchange.tenant!.routes.match(
     head.method,
@@ -103,7 +105,10 @@ function routePhase(exchange: Exchange, services: DataplaneServices): Reply | un
     requestFacts(exchange),
   );
   if (!match) {
-    return gatePolicies(exchange, services) ?? failureReply("no_route", exchange.requestId);
+    return orElse(
+      gatePolicies(exchange, services),
+      () => failureReply("no_route", exchange.requestId),
+    );
   }
   exchange.match = match;
   if (exchange.record) exchange.record.route = match.route.name ?? "-";
@@ -127,7 +132,7 @@ function shedPhase(exchange: Exchange, services: DataplaneServices): Reply | und
  * Runs the policies list taken by `tenant`, labelled with the matched route's name ("-" before a
  * route matched); a denial answers the request.
  */
-function runPolicies(exchange: Exchange, services: DataplaneServices): Reply | undefined {
+function runPolicies(exchange: Exchange, services: DataplaneServices): Pending {
   const { policies, trail } = exchange;
   if (!policies || !trail) return undefined;
   const route = exchange.match?.route.name ?? "-";
@@ -138,12 +143,23 @@ function runPolicies(exchange: Exchange, services: DataplaneServices): Reply | u
  * The policies run for a request about to be refused 421 or 404 (unrouted traffic is not exempt),
  * in a span of their own as in the `policies` phase.
  */
-function gatePolicies(exchange: Exchange, services: DataplaneServices): Reply | undefined {
+function gatePolicies(exchange: Exchange, services: DataplaneServices): Pending {
   if (!exchange.trail) return undefined;
   const span = exchange.record?.phase("portcullis.policy");
   const denied = runPolicies(exchange, services);
-  span?.end();
+  const end = () => span?.end();
+  if (denied instanceof Promise) denied.then(end, end);
+  else end();
   return denied;
+}
+
+/** A phase's outcome, now or once a fleet store answered. */
+type Pending = Reply | undefined | Promise<Reply | undefined>;
+
+/** `outcome`, or `fallback()` when it lets the request by (now or once it settles). */
+function orElse(outcome: Pending, fallback: () => Reply): Reply | Promise<Reply> {
+  if (outcome instanceof Promise) return outcome.then((reply) => reply ?? fallback());
+  return outcome ?? fallback();
 }
 
 /** Respond and redirect answer here; a proxy action goes on to hygiene and upstream. */

@@ -44,10 +44,29 @@ export function checkPolicies(
   route: string,
   services: PolicyServices,
   trail: PolicyTrail,
-): Reply | undefined {
-  const run = new PolicyRun(context, route, services);
-  for (const check of policies.checks) {
+): Reply | undefined | Promise<Reply | undefined> {
+  return runFrom(0, policies.checks, new PolicyRun(context, route, services), trail);
+}
+
+/**
+ * Runs `checks` from index `first` in order; a check that asks a fleet store makes the rest wait
+ * for its answer (the order, and so which refusal wins, never changes).
+ */
+function runFrom(
+  first: number,
+  checks: readonly PolicyCheck[],
+  run: PolicyRun,
+  trail: PolicyTrail,
+): Reply | undefined | Promise<Reply | undefined> {
+  for (let i = first; i < checks.length; i++) {
+    const check = checks[i];
     const refusal = check.check(run, trail);
+    if (refusal instanceof Promise) {
+      return refusal.then((answer) => {
+        const reply = answer && verdict(check, answer, run);
+        return reply ?? runFrom(i + 1, checks, run, trail);
+      });
+    }
     const reply = refusal && verdict(check, refusal, run);
     if (reply) return reply;
   }

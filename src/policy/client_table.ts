@@ -54,6 +54,8 @@ export interface TableDecision {
   allowed: boolean;
   /** The theoretical arrival time after the decision, in ms (whole microseconds). */
   tatMs: number;
+  /** How far that is ahead of `now` (ms, whole microseconds, exact): may be negative. */
+  aheadMs: number;
   /** Denials in a row for this key (0 after an admission). */
   denialsInARow: number;
 }
@@ -73,7 +75,7 @@ export class ClientTable {
   readonly #ints: Int32Array;
   readonly #mask: number;
   readonly #window: number;
-  readonly #decision: TableDecision = { allowed: true, tatMs: 0, denialsInARow: 0 };
+  readonly #decision: TableDecision = { allowed: true, tatMs: 0, aheadMs: 0, denialsInARow: 0 };
   #intervalMs = NaN;
   #toleranceMs = NaN;
   #intervalUs = 0n;
@@ -143,9 +145,9 @@ export class ClientTable {
     for (;;) {
       const tat = Atomics.load(words, base + FIELD.tat);
       const next = (tat > now ? tat : now) + interval;
-      if (next - now > tolerance) return this.#decide(false, tat, base);
+      if (next - now > tolerance) return this.#decide(false, tat, now, base);
       if (Atomics.compareExchange(words, base + FIELD.tat, tat, next) === tat) {
-        return this.#decide(true, next, base);
+        return this.#decide(true, next, now, base);
       }
     }
   }
@@ -183,11 +185,12 @@ export class ClientTable {
     };
   }
 
-  #decide(allowed: boolean, tat: bigint, base: number): TableDecision {
+  #decide(allowed: boolean, tat: bigint, now: bigint, base: number): TableDecision {
     const at = (base + FIELD.denials) * 2;
     const decision = this.#decision;
     decision.allowed = allowed;
     decision.tatMs = Number(tat) / 1000;
+    decision.aheadMs = Number(tat - now) / 1000;
     if (allowed) Atomics.store(this.#ints, at, 0);
     decision.denialsInARow = allowed ? 0 : Atomics.add(this.#ints, at, 1) + 1;
     return decision;

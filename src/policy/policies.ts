@@ -2,10 +2,10 @@
  * A tenant's policies, resolved once at load — tenant, then `globals.yaml`, then off — and compiled:
  * regular expressions built, limiters and blocklists allocated. A policy that is off is simply
  * absent, so it costs nothing per request. The request-side policies are also laid out as
- * {@link TenantPolicies.checks}, the list `checks.ts` runs, cheapest first: TTL blocklist (one map
- * lookup), caps (the head's lengths), per-client rate limit (one map entry), blocklist rules (a
- * few expressions), WAF (decoding and every rule) — so a flood from one client is refused before
- * the WAF's decoding and matching run for it.
+ * {@link TenantPolicies.checks}, the list `checks.ts` runs, cheapest first: TTL blocklist (one table
+ * lookup), caps (the head's lengths), per-client rate limit (one table entry, or one fleet-store
+ * round trip), blocklist rules (a few expressions), WAF (decoding and every rule) — so a flood from
+ * one client is refused before the WAF's decoding and matching run for it.
  *
  * @module
  */
@@ -13,6 +13,8 @@ import type { PoliciesDocument } from "../config/policy_schema.ts";
 import { BlocklistCheck } from "./blocklist.ts";
 import { CapsCheck } from "./caps.ts";
 import type { ActivePolicy, PolicyCheck, PolicyMode } from "./policy_check.ts";
+import { GLOBAL_SCOPE, type PolicyContext } from "./policy_context.ts";
+import { PolicyTables } from "./policy_tables.ts";
 import { RateLimitCheck } from "./rate_limit.ts";
 import { TtlBlockCheck } from "./ttl_block.ts";
 import { WafCheck } from "./waf_check.ts";
@@ -61,10 +63,14 @@ export const NO_POLICIES: TenantPolicies = { checks: [], strip: new Set(), any: 
 /**
  * Resolves and compiles a tenant's policies: each policy from the tenant, else from the globals,
  * else off.
+ *
+ * @param context the tenant's scope and the edge's tables and stores (by default the globals'
+ *   scope in tables of their own)
  */
 export function compilePolicies(
   tenant: PoliciesDocument | undefined,
   globals: PoliciesDocument,
+  context: PolicyContext = { scope: GLOBAL_SCOPE, tables: new PolicyTables() },
 ): TenantPolicies {
   const pick = <K extends keyof PoliciesDocument>(name: K) => tenant?.[name] ?? globals[name];
   const active = <T extends { mode: "on" | "off" | "dry_run" }>(policy: T | undefined) =>
@@ -76,12 +82,12 @@ export function compilePolicies(
   const blocklist = active(pick("blocklist"));
   const waf = active(pick("waf"));
   const security = active(pick("security_headers"));
-  const ttlBlock = ttl && new TtlBlockCheck(ttl);
+  const ttlBlock = ttl && new TtlBlockCheck(ttl, context);
   // Cheapest first: this key order is the order checks.ts runs them in.
   const checks = {
     ttlBlock,
     caps: caps && new CapsCheck(caps),
-    rateLimit: rate && new RateLimitCheck(rate, ttlBlock?.list),
+    rateLimit: rate && new RateLimitCheck(rate, context, ttlBlock?.list),
     blocklist: blocklist && new BlocklistCheck(blocklist, ttlBlock?.list),
     waf: waf && new WafCheck(waf),
   };
@@ -96,6 +102,13 @@ export function compilePolicies(
     ]),
     any: Boolean(ttl || caps || waf || blocklist || rate || security),
   };
+}
+
+/** The names of the shared tables `policies` use (see {@link PolicyTables.retain}). */
+export function tablesOf(policies: TenantPolicies): string[] {
+  return [policies.rateLimit?.tableName, policies.ttlBlock?.tableName].filter((name) =>
+    name !== undefined
+  );
 }
 
 function compileSecurityHeaders(

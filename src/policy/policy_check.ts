@@ -58,9 +58,12 @@ export interface PolicyCheck {
   /**
    * Evaluates `request`, adding to `trail` what the policy sets whatever the outcome.
    *
-   * @returns the refusal, or undefined to let the request by
+   * @returns the refusal, or undefined to let the request by — later when it asks a fleet store
    */
-  check(request: PolicyRequest, trail: PolicyTrail): Refusal | undefined;
+  check(
+    request: PolicyRequest,
+    trail: PolicyTrail,
+  ): Refusal | undefined | Promise<Refusal | undefined>;
 }
 
 /** The reply a block `action` answers with. */

@@ -1,10 +1,11 @@
 /**
  * The per-client rate limit: a token bucket per (tenant, effective client address), kept as one
- * number per client — the theoretical arrival time of its next conforming request (GCRA) — in a
- * map bounded by `max_clients`, least recently seen evicted first (and counted). Each tenant (and
- * the globals, for unknown hosts) has its own limiter, keyed by client; it runs right after the
- * caps, so a flood from one client is refused before the blocklist and the WAF spend anything on
- * it.
+ * number per client — the theoretical arrival time of its next conforming request (GCRA) — in the
+ * tenant's shared {@link ClientTable} (`max_clients` entries, least recently seen evicted first
+ * and counted), so every request worker of the edge spends from one bucket. With a fleet store
+ * (`store.redis`) the decision is the store's, made atomically on the server for every edge at
+ * once (`fleet_store.ts`), and the table is the fallback while the store is slow or down; an
+ * optional pre-check refuses a flooding client locally before it costs a round trip.
  *
  * While on, every reply carries the limit's state — denied or not — in the IETF `RateLimit-*`
  * fields (draft-ietf-httpapi-ratelimit-headers) and the older `X-RateLimit-*` spelling, whose
@@ -14,6 +15,7 @@
  * @module
  */
 import { failureReply } from "../request/errors.ts";
+import type { ClientTable, GcraRate } from "./client_table.ts";
 import type {
   ActivePolicy,
   PolicyCheck,
@@ -22,6 +24,7 @@ import type {
   PolicyTrail,
   Refusal,
 } from "./policy_check.ts";
+import type { PolicyContext, RemoteAnswer, RemoteRate } from "./policy_context.ts";
 import type { TtlBlocklist } from "./ttl_block.ts";
 
 /** What the limit decided, and the numbers the rate headers carry. */
@@ -39,92 +42,92 @@ export interface RateDecision {
   denialsInARow: number;
 }
 
-interface ClientState {
-  arrival: number;
-  denials: number;
+/** A rate as GCRA runs it: `burst` requests back to back, then one every `1000 / perSecond` ms. */
+export function gcraRate(perSecond: number, burst: number): GcraRate {
+  const intervalMs = 1000 / perSecond;
+  return { intervalMs, toleranceMs: intervalMs * burst };
 }
 
-/** The rate limit of one tenant (or of unknown hosts). */
-export class ClientRateLimiter {
-  readonly #intervalMs: number;
-  readonly #toleranceMs: number;
-  readonly #burst: number;
-  readonly #maxClients: number;
-  readonly #clients = new Map<string, ClientState>();
-  readonly #decision: RateDecision = {
-    allowed: true,
-    limit: 0,
-    remaining: 0,
-    resetS: 0,
+/**
+ * The headers' numbers from a GCRA outcome.
+ *
+ * @param allowed whether the request conformed
+ * @param aheadMs how far the arrival time is ahead of now: after the admission when allowed, as it
+ *   stands when denied
+ * @param rate the bucket's rate
+ * @param denials denials in a row for this client
+ */
+export function rateDecision(
+  allowed: boolean,
+  aheadMs: number,
+  rate: GcraRate,
+  denials: number,
+): RateDecision {
+  const limit = Math.round(rate.toleranceMs / rate.intervalMs);
+  const ahead = Math.max(0, aheadMs);
+  if (!allowed) {
+    return {
+      allowed,
+      limit,
+      remaining: 0,
+      retryAfterS: Math.max(1, Math.ceil((ahead + rate.intervalMs - rate.toleranceMs) / 1000)),
+      resetS: Math.max(1, Math.ceil(ahead / 1000)),
+      denialsInARow: denials,
+    };
+  }
+  return {
+    allowed,
+    limit,
+    // The epsilon absorbs the table's whole-microsecond interval (1000 / 3 ms is 333.333 ms there).
+    remaining: Math.max(0, Math.floor((rate.toleranceMs - ahead) / rate.intervalMs + 1e-6)),
     retryAfterS: 0,
+    resetS: Math.ceil(ahead / 1000),
     denialsInARow: 0,
   };
-  /** Clients forgotten to stay within `max_clients`. */
-  evictions = 0;
+}
+
+/** One tenant's buckets in a shared table (the rate limit without a fleet store). */
+export class ClientRateLimiter {
+  readonly rate: GcraRate;
+  readonly #table: ClientTable;
+  readonly #key: (client: string) => bigint;
 
   /**
-   * @param options tokens per second, bucket size, clients remembered at most
+   * @param options tokens per second, bucket size, the table and how a client becomes its key
    */
-  constructor(options: { perSecond: number; burst: number; maxClients: number }) {
-    this.#intervalMs = 1000 / options.perSecond;
-    this.#burst = options.burst;
-    this.#toleranceMs = this.#intervalMs * options.burst;
-    this.#maxClients = options.maxClients;
+  constructor(options: {
+    perSecond: number;
+    burst: number;
+    table: ClientTable;
+    key: (client: string) => bigint;
+  }) {
+    this.rate = gcraRate(options.perSecond, options.burst);
+    this.#table = options.table;
+    this.#key = options.key;
   }
 
-  /** Clients remembered now. */
-  get size(): number {
-    return this.#clients.size;
+  /** Clients forgotten to stay within the table, by every worker. */
+  get evictions(): number {
+    return this.#table.stats().evictions;
   }
 
   /**
    * Spends one token for `client` at `nowMs`.
    *
-   * @returns the decision (a reused object: read it before the next call)
    * @example
    * ```ts
+   * import { ClientTable, keyOf } from "./client_table.ts";
    * import { ClientRateLimiter } from "./rate_limit.ts";
-   * const limiter = new ClientRateLimiter({ perSecond: 1, burst: 2, maxClients: 10 });
+   * const table = new ClientTable(ClientTable.allocate(16));
+   * const limiter = new ClientRateLimiter({ perSecond: 1, burst: 2, table, key: keyOf });
    * limiter.take("a", 0).allowed; // true
    * limiter.take("a", 0).allowed; // true
    * limiter.take("a", 0).retryAfterS; // 1
    * ```
    */
   take(client: string, nowMs: number): RateDecision {
-    let state = this.#clients.get(client);
-    if (state) {
-      this.#clients.delete(client); // re-insert: the map's order is least recently seen first
-    } else {
-      state = { arrival: nowMs, denials: 0 };
-      if (this.#clients.size >= this.#maxClients) {
-        this.#clients.delete(this.#clients.keys().next().value!);
-        this.evictions++;
-      }
-    }
-    this.#clients.set(client, state);
-    const base = state.arrival > nowMs ? state.arrival : nowMs;
-    const next = base + this.#intervalMs;
-    const decision = this.#decision;
-    decision.limit = this.#burst;
-    if (next - nowMs > this.#toleranceMs + 1e-9) {
-      state.denials++;
-      decision.allowed = false;
-      decision.remaining = 0;
-      decision.retryAfterS = Math.max(1, Math.ceil((next - this.#toleranceMs - nowMs) / 1000));
-      decision.resetS = Math.max(1, Math.ceil((base - nowMs) / 1000));
-    } else {
-      state.arrival = next;
-      state.denials = 0;
-      decision.allowed = true;
-      decision.remaining = Math.max(
-        0,
-        Math.floor((this.#toleranceMs - (next - nowMs)) / this.#intervalMs),
-      );
-      decision.retryAfterS = 0;
-      decision.resetS = Math.max(0, Math.ceil((next - nowMs) / 1000));
-    }
-    decision.denialsInARow = state.denials;
-    return decision;
+    const taken = this.#table.take(this.#key(client), nowMs, this.rate);
+    return rateDecision(taken.allowed, taken.aheadMs, this.rate, taken.denialsInARow);
   }
 }
 
@@ -132,29 +135,72 @@ export class ClientRateLimiter {
 export class RateLimitCheck implements PolicyCheck {
   readonly phase = "rate_limit";
   readonly mode: PolicyMode;
+  /** The edge's own buckets: the limit without a store, the fallback with one. */
   readonly limiter: ClientRateLimiter;
+  /** The table's name in the edge's {@link PolicyContext.tables}. */
+  readonly tableName: string;
   /** Denials in a row after which the client goes on the TTL list (0: never). */
   readonly blockAfter: number;
   readonly #ttl: TtlBlocklist | undefined;
+  readonly #remote: RemoteRate | undefined;
 
   /**
    * @param policy the resolved `rate_limit` section
+   * @param context the tenant, the edge's tables and its fleet stores
    * @param ttl the TTL block policy's list, when that policy is on or in dry run
    */
-  constructor(policy: ActivePolicy<"rate_limit">, ttl: TtlBlocklist | undefined) {
+  constructor(
+    policy: ActivePolicy<"rate_limit">,
+    context: PolicyContext,
+    ttl: TtlBlocklist | undefined,
+  ) {
     this.mode = policy.mode;
+    const { name, table } = context.tables.table("rate", context.scope, policy.max_clients);
+    this.tableName = name;
+    this.#remote = policy.store && context.fleet?.rate(policy, context.scope);
     this.limiter = new ClientRateLimiter({
       perSecond: policy.per_second,
       burst: policy.burst,
-      maxClients: policy.max_clients,
+      table,
+      key: this.#remote?.key ?? ((client) => context.tables.key(client)),
     });
     this.blockAfter = policy.block_after;
     this.#ttl = ttl;
   }
 
-  /** Spends the client's token; when on, sets the rate headers and escalates a long denial run. */
-  check(request: PolicyRequest, trail: PolicyTrail): Refusal | undefined {
-    const decision = this.limiter.take(request.client(), request.now);
+  /**
+   * Spends the client's token — on the fleet store when there is one and it answers within its
+   * timeout, else in the edge's table; when on, sets the rate headers and escalates a long denial
+   * run.
+   */
+  check(
+    request: PolicyRequest,
+    trail: PolicyTrail,
+  ): Refusal | undefined | Promise<Refusal | undefined> {
+    const remote = this.#remote;
+    if (!remote) return this.#conclude(request, trail, this.#local(request));
+    const refused = remote.precheck(request.client(), request.now);
+    if (refused) return this.#conclude(request, trail, refused);
+    const pending = remote.take(request.client(), this.limiter.rate);
+    if (!pending) return this.#conclude(request, trail, this.#local(request));
+    return pending.then((answer) =>
+      this.#conclude(request, trail, answer ? this.#fromStore(answer) : this.#local(request))
+    );
+  }
+
+  #local(request: PolicyRequest): RateDecision {
+    return this.limiter.take(request.client(), request.now);
+  }
+
+  #fromStore(answer: RemoteAnswer): RateDecision {
+    return rateDecision(answer.allowed, answer.aheadMs, this.limiter.rate, answer.denials);
+  }
+
+  #conclude(
+    request: PolicyRequest,
+    trail: PolicyTrail,
+    decision: RateDecision,
+  ): Refusal | undefined {
     if (this.mode === "on") pushRateHeaders(trail.headers, decision);
     if (decision.allowed) return undefined;
     if (

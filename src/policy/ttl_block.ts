@@ -1,11 +1,14 @@
 /**
  * Addresses blocked for a while: written by rate-limit exhaustion or repeated blocklist matches,
- * forgotten after their TTL; bounded, least recently blocked evicted first. The TTL block check
- * runs first of all: one map lookup refuses a client already judged, before anything else is spent
- * on it.
+ * forgotten after their TTL. The block lives in the tenant's shared {@link ClientTable}
+ * (`max_entries` entries, least recently seen evicted first), so every request worker refuses it;
+ * with a fleet store (`store.redis`) it is also published, and every edge of the fleet writes it
+ * into its own table as the store relays it. The TTL block check runs first of all: one table
+ * lookup refuses a client already judged, before anything else is spent on it.
  *
  * @module
  */
+import type { ClientTable } from "./client_table.ts";
 import {
   type ActivePolicy,
   type BlockAction,
@@ -15,47 +18,58 @@ import {
   type PolicyRequest,
   type Refusal,
 } from "./policy_check.ts";
+import type { PolicyContext, RemoteBlocks } from "./policy_context.ts";
 
-/** A bounded map of addresses to the time their block ends. */
+/** A tenant's blocked addresses, in its shared table. */
 export class TtlBlocklist {
-  readonly #until = new Map<string, number>();
+  readonly #table: ClientTable;
   readonly #ttlMs: number;
-  readonly #max: number;
-  /** Addresses forgotten to stay within the bound. */
-  evictions = 0;
+  readonly #key: (client: string) => bigint;
+  readonly #remote: RemoteBlocks | undefined;
 
-  /** @param options block time and the most addresses kept */
-  constructor(options: { ttlMs: number; maxEntries: number }) {
+  /**
+   * @param options the table, block time, how an address becomes its key, and the fleet store
+   * @example
+   * ```ts
+   * import { ClientTable, keyOf } from "./client_table.ts";
+   * import { TtlBlocklist } from "./ttl_block.ts";
+   * const table = new ClientTable(ClientTable.allocate(16));
+   * const list = new TtlBlocklist({ table, ttlMs: 1000, key: keyOf });
+   * list.block("203.0.113.7", 0);
+   * list.blocked("203.0.113.7", 999); // true
+   * list.blocked("203.0.113.7", 1000); // false
+   * ```
+   */
+  constructor(options: {
+    table: ClientTable;
+    ttlMs: number;
+    key: (client: string) => bigint;
+    remote?: RemoteBlocks;
+  }) {
+    this.#table = options.table;
     this.#ttlMs = options.ttlMs;
-    this.#max = options.maxEntries;
+    this.#key = options.key;
+    this.#remote = options.remote;
   }
 
-  /** Addresses blocked now or recently. */
-  get size(): number {
-    return this.#until.size;
+  /** Addresses forgotten to stay within the table, by every worker. */
+  get evictions(): number {
+    return this.#table.stats().evictions;
   }
 
   /** True while `address` is blocked at `nowMs`. */
   blocked(address: string, nowMs: number): boolean {
-    const until = this.#until.get(address);
-    if (until === undefined) return false;
-    if (nowMs < until) return true;
-    this.#until.delete(address);
-    return false;
+    return this.#table.blockedUntil(this.#key(address), nowMs) !== undefined;
   }
 
-  /** Blocks `address` from `nowMs` for the TTL. */
+  /** Blocks `address` from `nowMs` for the TTL, on every edge when there is a fleet store. */
   block(address: string, nowMs: number): void {
-    this.#until.delete(address);
-    if (this.#until.size >= this.#max) {
-      this.#until.delete(this.#until.keys().next().value!);
-      this.evictions++;
-    }
-    this.#until.set(address, nowMs + this.#ttlMs);
+    this.#table.block(this.#key(address), nowMs + this.#ttlMs, nowMs);
+    this.#remote?.publish(address, this.#ttlMs);
   }
 }
 
-/** Counts matches per address within a window; bounded like the blocklist. */
+/** Counts matches per address within a window; bounded, least recently counted evicted first. */
 export class MatchCounter {
   readonly #counts = new Map<string, { count: number; since: number }>();
   readonly #windowMs: number;
@@ -85,12 +99,25 @@ export class TtlBlockCheck implements PolicyCheck {
   readonly mode: PolicyMode;
   /** Also written by the rate limit and the blocklist (their `block_after`). */
   readonly list: TtlBlocklist;
+  /** The table's name in the edge's {@link PolicyContext.tables}. */
+  readonly tableName: string;
   readonly action: BlockAction;
 
-  /** @param policy the resolved `ttl_block` section */
-  constructor(policy: ActivePolicy<"ttl_block">) {
+  /**
+   * @param policy the resolved `ttl_block` section
+   * @param context the tenant, the edge's tables and its fleet stores
+   */
+  constructor(policy: ActivePolicy<"ttl_block">, context: PolicyContext) {
     this.mode = policy.mode;
-    this.list = new TtlBlocklist({ ttlMs: policy.ttl_ms, maxEntries: policy.max_entries });
+    const { name, table } = context.tables.table("ttl", context.scope, policy.max_entries);
+    const remote = policy.store ? context.fleet?.blocks(policy, context.scope) : undefined;
+    this.tableName = name;
+    this.list = new TtlBlocklist({
+      table,
+      ttlMs: policy.ttl_ms,
+      key: remote?.key ?? ((client) => context.tables.key(client)),
+      remote,
+    });
     this.action = policy.action;
   }
 
