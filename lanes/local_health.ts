@@ -66,6 +66,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           tenants: services.tenants().tenants.length,
           workers: workersView(services),
           served_by_worker: services.worker.index,
+          policy_stores: storesView(services),
           tls: services.tls?.status() ?? null,
           ...socketsView(services),
         });
@@ -140,6 +141,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
         return jsonReply({
           ...configStatus(services.config, (p) => formatPath(p.path)),
           served_by_worker: services.worker.index,
+          policy_stores: storesView(services),
           ...(services.hubStatus ? { hub: await services.hubStatus() } : {}),
         });
       },
@@ -244,6 +246,27 @@ export function socketsView(services: EdgeServices) {
   };
 }
 
+/**
+ * Each fleet store as the whole edge sees it: `up` while every isolate's connection is ready, and
+ * its counters summed over the isolates; empty without stores.
+ */
+function storesView(services: EdgeServices) {
+  return (services.storeCounters?.total() ?? []).map(([url, c]) => ({
+    url,
+    up: c.isolates > 0 && c.up === c.isolates,
+    isolates_up: c.up,
+    isolates: c.isolates,
+    round_trips: c.roundTrips,
+    decisions: c.decisions,
+    fallbacks: c.fallbacks,
+    fallbacks_down: c.down,
+    fallbacks_timeout: c.timeouts,
+    prechecked: c.prechecked,
+    blocks_published: c.blocksPublished,
+    blocks_received: c.blocksReceived,
+  }));
+}
+
 /** The policy counters, with evictions summed over the globals' and every tenant's tables. */
 function policyFacts(services: EdgeServices): PolicyFacts {
   const registry = services.tenants();
@@ -253,5 +276,6 @@ function policyFacts(services: EdgeServices): PolicyFacts {
     rateLimitEvictions += policies.rateLimit?.limiter.evictions ?? 0;
     ttlBlockEvictions += policies.ttlBlock?.list.evictions ?? 0;
   }
-  return { stats: services.policyStats, rateLimitEvictions, ttlBlockEvictions };
+  const stores = services.storeCounters?.total();
+  return { stats: services.policyStats, rateLimitEvictions, ttlBlockEvictions, stores };
 }

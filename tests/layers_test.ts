@@ -20,7 +20,7 @@ export const LAYERS: readonly (string | readonly string[])[] = [
   "src/config",
   ["src/tls", "src/egress", "src/policy", "src/torpool", "src/trust"],
   "src/proxy",
-  "src/observe",
+  ["src/observe", "src/fleet"],
   "src/live",
   "src/server",
   "src/pipeline",

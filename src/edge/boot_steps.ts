@@ -222,6 +222,27 @@ export async function createObserver(
   });
 }
 
+/**
+ * Connects the fleet stores (in the background: a store that is down at boot is retried while the
+ * edge serves on its own tables); worker 0 listens for the blocks other edges publish.
+ */
+export async function startFleet({ plan, owns, log, clock }: BootContext, life: Lifecycle) {
+  const fleet = plan.fleet;
+  if (!fleet) return;
+  await fleet.start({ log, clock, listen: owns });
+  const stop = life.stopRuntime;
+  life.stopRuntime = () => {
+    stop();
+    fleet.close();
+  };
+  if (owns) {
+    log(
+      `portcullis: fleet stores ${fleet.urls.join(", ")}: connecting (policies fall back to ` +
+        "this edge's own tables while one is down)",
+    );
+  }
+}
+
 /** The salted tenant labels from `observe.salt_file`; none (and a line saying so) without one. */
 async function readLabels({ plan, owns, log }: BootContext): Promise<TenantLabels | undefined> {
   const observe = plan.config.observe;

@@ -31,6 +31,7 @@ import {
   loadAdminGateStep,
   loadCredentials,
   startCertificates,
+  startFleet,
   startRuntime,
 } from "./boot_steps.ts";
 import { assembleServices } from "./services_assembly.ts";
@@ -75,6 +76,7 @@ export async function startEdge(
   const adminGate = await loadAdminGateStep(boot, life);
   const certs = await startCertificates(boot, life);
   const observer = await createObserver(boot, tracing, runtime.lines);
+  await startFleet(boot, life);
   const services = assembleServices(boot, life, { runtime, admin, adminGate, certs, observer });
   const source = plan.config.runtime;
   if (runtime.follower && source.kind === "remote") {

@@ -17,6 +17,8 @@ import { type GenerationSource, hashTexts } from "../live/generations.ts";
 import { readRuntimeTexts } from "../config/tenant_files.ts";
 import { buildRegistry, type PolicyEnvironment, TenantRegistry } from "../proxy/tenants.ts";
 import { PolicyTables, type SharedTables } from "../policy/policy_tables.ts";
+import { TenantLabels } from "../observe/tenant_label.ts";
+import { FleetStores } from "../fleet/stores.ts";
 import { inwardMessage, tenantTargets } from "../proxy/inward.ts";
 import {
   type OwnListener,
@@ -68,6 +70,8 @@ export interface EdgePlan<S> {
   readonly grants: readonly Grant[];
   /** The open-file limit and what it left the public lane; absent when not measured. */
   readonly descriptors?: DescriptorPlan;
+  /** The fleet stores (`policy_stores`), not yet connected. */
+  readonly fleet?: FleetStores;
 }
 
 /**
@@ -96,7 +100,8 @@ export async function planEdge<S>(
   const enabled = configuredLanes(config);
 
   // Tenants load first: a high-priority route gives the public lane a default priority reserve.
-  const environment = policyEnvironment(config, options.tables);
+  const environment = await policyEnvironment(config, options.tables);
+  const fleet = environment.fleet;
   const first = options.first
     ? {
       ...options.first,
@@ -221,6 +226,7 @@ export async function planEdge<S>(
     runtime: { dir: first.dir, texts: first.texts, hash: first.hash, source: first.source },
     grants: requiredGrants(config),
     ...(fds ? { descriptors: fds } : {}),
+    ...(fleet ? { fleet } : {}),
   };
 }
 
@@ -396,8 +402,29 @@ function checkTls(config: EdgeConfig): ConfigProblem[] {
 
 /**
  * Where this edge's policies keep their state: its shared tables (worker 0's, in another worker)
- * and the fleet stores its config lists (connected when the edge starts, never while planning).
+ * and the fleet stores its config lists, keyed with the tenant salt (connected when the edge
+ * starts, never while planning).
+ *
+ * @throws {ConfigError} when stores are listed and the salt file cannot be used
  */
-function policyEnvironment(config: EdgeConfig, shared?: SharedTables): PolicyEnvironment {
-  return { tables: new PolicyTables(shared), stores: config.policyStores };
+async function policyEnvironment(
+  config: EdgeConfig,
+  shared?: SharedTables,
+): Promise<PolicyEnvironment & { fleet?: FleetStores }> {
+  const tables = new PolicyTables(shared);
+  const saltFile = config.observe.saltFile;
+  if (config.policyStores.length === 0 || !saltFile) return { tables, stores: config.policyStores };
+  const read = await TenantLabels.fromFile(saltFile);
+  if (!read.labels) {
+    const path = ["observe", "salt_file"];
+    throw new ConfigError([{
+      file: config.file,
+      path,
+      value: saltFile,
+      message: `${read.problem}: policy_stores key every client with it`,
+      at: config.source.locate(path),
+    }]);
+  }
+  const fleet = new FleetStores(config.policyStores, read.labels.salt());
+  return { tables, stores: config.policyStores, fleet };
 }

@@ -43,6 +43,7 @@ export function assembleServices(
     ledger: life.ledger,
     stats: new ResponseStats(worker?.stats, worker?.index),
     policyStats: new PolicyStats(),
+    storeCounters: plan.fleet?.counters,
     observer,
     state: life.state,
     tenants: () => runtime.store.registry(),

@@ -158,8 +158,9 @@ function sendCounts(running: Edge): void {
   const timer = setInterval(() => {
     const policy = running.services.policyStats.counts();
     const requests = running.services.observer.metrics.counts();
-    const text = JSON.stringify([policy, requests]);
-    if (text !== sent) scope.postMessage({ type: "counts", policy, requests });
+    const stores = running.services.storeCounters?.counts();
+    const text = JSON.stringify([policy, requests, stores]);
+    if (text !== sent) scope.postMessage({ type: "counts", policy, requests, stores });
     sent = text;
   }, 500);
   Deno.unrefTimer(timer);

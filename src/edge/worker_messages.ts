@@ -12,6 +12,7 @@ import type { ConfigProblem } from "../config/problems.ts";
 import type { PolicyCounts } from "../policy/policy_stats.ts";
 import type { MetricCounts } from "../observe/request_metrics.ts";
 import type { SharedTables } from "../policy/policy_tables.ts";
+import type { StoreCounts } from "../fleet/store_counters.ts";
 
 /** A generation as plain data: enough to rebuild it. */
 export interface GenerationData {
@@ -63,6 +64,7 @@ export type ToOwner =
     readonly type: "counts";
     readonly policy: PolicyCounts;
     readonly requests: MetricCounts;
+    readonly stores?: StoreCounts;
   }
   | { readonly type: "finished" }
   | { readonly type: "prepared"; readonly number: number; readonly problems: ConfigProblem[] }

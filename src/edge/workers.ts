@@ -187,6 +187,7 @@ class WorkerPool {
     } else if (message.type === "counts") {
       edge?.services.policyStats.absorb(index, message.policy);
       edge?.services.observer.metrics.absorb(index, message.requests);
+      if (message.stores) edge?.services.storeCounters?.absorb(index, message.stores);
     } else if (message.type === "armed") {
       armed();
     } else if (message.type === "finished") {

@@ -37,6 +37,22 @@ export interface PolicyFacts {
   readonly stats: PolicyStats;
   readonly rateLimitEvictions: number;
   readonly ttlBlockEvictions: number;
+  /** Each fleet store's counters, summed over the isolates (src/fleet/store_counters.ts). */
+  readonly stores?: readonly (readonly [string, StoreFacts])[];
+}
+
+/** What one fleet store did (the counters of `src/fleet/store_counters.ts`). */
+export interface StoreFacts {
+  readonly up: number;
+  readonly isolates: number;
+  readonly roundTrips: number;
+  readonly decisions: number;
+  readonly fallbacks: number;
+  readonly timeouts: number;
+  readonly down: number;
+  readonly prechecked: number;
+  readonly blocksPublished: number;
+  readonly blocksReceived: number;
 }
 
 /** Per SOCKS instance: breaker state, attempts in flight, latency, error rate, failures, opens. */
@@ -183,6 +199,58 @@ export function policyFamilies(policy: PolicyFacts): Family[] {
       "policy_ttl_block_evictions_total",
       "Blocked addresses evicted (LRU).",
       only(policy.ttlBlockEvictions),
+    ),
+    ...storeFamilies(policy.stores ?? []),
+  ];
+}
+
+/** Per fleet store: up, round trips, decisions, fallbacks by reason, pre-checks, blocks. */
+function storeFamilies(stores: readonly (readonly [string, StoreFacts])[]): Family[] {
+  if (stores.length === 0) return [];
+  const per = (pick: (facts: StoreFacts) => number) =>
+    stores.map(([url, facts]): [string, number] => [`{store="${escapeLabel(url)}"}`, pick(facts)]);
+  const fallbacks = stores.flatMap(([url, f]) =>
+    (["down", "timeout", "error"] as const).map((reason): [string, number] => [
+      `{store="${escapeLabel(url)}",reason="${reason}"}`,
+      reason === "down" ? f.down : reason === "timeout" ? f.timeouts : f.fallbacks - f.down -
+        f.timeouts,
+    ])
+  );
+  return [
+    gauge(
+      "policy_store_up",
+      "1 while every isolate's connection to the fleet store is ready.",
+      per((f) => f.isolates > 0 && f.up === f.isolates ? 1 : 0),
+    ),
+    counter(
+      "policy_store_round_trips_total",
+      "Commands sent to the fleet store.",
+      per((f) => f.roundTrips),
+    ),
+    counter(
+      "policy_store_decisions_total",
+      "Rate decisions the fleet store made.",
+      per((f) => f.decisions),
+    ),
+    counter(
+      "policy_store_fallbacks_total",
+      "Decisions and block publications made locally instead, by reason.",
+      fallbacks,
+    ),
+    counter(
+      "policy_store_prechecked_total",
+      "Requests the local pre-check refused without a round trip.",
+      per((f) => f.prechecked),
+    ),
+    counter(
+      "policy_store_blocks_published_total",
+      "TTL blocks this edge published to the fleet.",
+      per((f) => f.blocksPublished),
+    ),
+    counter(
+      "policy_store_blocks_received_total",
+      "TTL blocks from other edges written into this edge's tables.",
+      per((f) => f.blocksReceived),
     ),
   ];
 }

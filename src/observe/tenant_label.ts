@@ -120,6 +120,11 @@ export class TenantLabels {
     return this.#memo.size;
   }
 
+  /** A copy of the salt itself: fleet-store keys are keyed with it too (`src/fleet/stores.ts`). */
+  salt(): Uint8Array {
+    return this.#salt.slice();
+  }
+
   /** The label for a tenant host: 16 lower-case hex digits, the same for any case of the host. */
   label(host: string): string {
     const key = host.toLowerCase();

@@ -6,6 +6,7 @@
  */
 import type { ConfigStore, OfferOutcome } from "../live/generations.ts";
 import type { ResponseStats } from "../observe/response_stats.ts";
+import type { StoreCounters } from "../fleet/store_counters.ts";
 import type { PolicyStats } from "../policy/policy_stats.ts";
 import type { Observer } from "../observe/observer.ts";
 import type { AddressSet } from "../request/cidr.ts";
@@ -67,6 +68,8 @@ export interface EdgeServices
   readonly stats: ResponseStats;
   /** Policy denials and dry-run would-be denials. */
   readonly policyStats: PolicyStats;
+  /** The fleet stores' counters (this isolate's, and worker 0's sum of every worker's). */
+  readonly storeCounters?: StoreCounters;
   /** Per-request metrics, the access log and traces. */
   readonly observer: Observer;
   readonly state: EdgeState;

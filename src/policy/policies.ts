@@ -106,7 +106,7 @@ export function compilePolicies(
 
 /** The names of the shared tables `policies` use (see {@link PolicyTables.retain}). */
 export function tablesOf(policies: TenantPolicies): string[] {
-  return [policies.rateLimit?.tableName, policies.ttlBlock?.tableName].filter((name) =>
+  return [...policies.rateLimit?.tableNames ?? [], policies.ttlBlock?.tableName].filter((name) =>
     name !== undefined
   );
 }

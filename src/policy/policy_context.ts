@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { GcraRate } from "./client_table.ts";
+import type { ClientTable, GcraRate } from "./client_table.ts";
 import type { ActivePolicy } from "./policy_check.ts";
 import type { PolicyTables } from "./policy_tables.ts";
 import type { RateDecision } from "./rate_limit.ts";
@@ -24,10 +24,17 @@ export interface PolicyContext {
 
 /** An edge's fleet stores, as policies use them. */
 export interface FleetPolicies {
-  /** The rate limit of `scope` on the store its policy names. */
-  rate(policy: ActivePolicy<"rate_limit">, scope: string): RemoteRate | undefined;
-  /** The TTL blocklist of `scope` on the store its policy names. */
-  blocks(policy: ActivePolicy<"ttl_block">, scope: string): RemoteBlocks | undefined;
+  /** The rate limit of the context's tenant on the store its policy names. */
+  rate(policy: ActivePolicy<"rate_limit">, context: PolicyContext): RemoteRate | undefined;
+  /**
+   * The TTL blocklist of the context's tenant on the store its policy names; blocks other edges
+   * publish are written into `table`.
+   */
+  blocks(
+    policy: ActivePolicy<"ttl_block">,
+    context: PolicyContext,
+    table: ClientTable,
+  ): RemoteBlocks | undefined;
 }
 
 /** The store's GCRA outcome. */
@@ -41,6 +48,8 @@ export interface RemoteAnswer {
 
 /** One tenant's rate limit on a fleet store. */
 export interface RemoteRate {
+  /** The names of the shared tables it uses besides the limiter's own (the pre-check's). */
+  readonly tables: readonly string[];
   /** The table key of a client: derived from its store key, so blocks can be shared by key. */
   readonly key: (client: string) => bigint;
   /** The local pre-check's refusal, when it has one (no store round trip then). */

@@ -1,7 +1,8 @@
 /**
  * The shared memory behind the per-client policies of one edge: a {@link ClientTable} per tenant
- * and policy (`rate:<host>` for the rate limit, `ttl:<host>` for the TTL blocklist; `*` is the
- * globals'), and the salt their keys are hashed with. Worker 0 allocates; every other request
+ * and policy (`rate:<host>` for the rate limit, `pre:<host>` for its pre-check before a fleet
+ * store, `ttl:<host>` for the TTL blocklist; `*` is the globals'), and the salt their keys are
+ * hashed with. Worker 0 allocates; every other request
  * worker adopts the same buffers before it builds a generation (the `start` and `prepare`
  * messages carry {@link SharedTables}), so `workers: N` enforces one limit per client, not N.
  *
@@ -51,7 +52,7 @@ export class PolicyTables {
    * // false: one bucket in two workers
    * ```
    */
-  table(kind: "rate" | "ttl", scope: string, capacity: number): NamedTable {
+  table(kind: "rate" | "pre" | "ttl", scope: string, capacity: number): NamedTable {
     const name = `${kind}:${scope}:${capacity}`;
     let buffer = this.#buffers.get(name);
     if (!buffer) this.#buffers.set(name, buffer = ClientTable.allocate(capacity));

@@ -137,8 +137,8 @@ export class RateLimitCheck implements PolicyCheck {
   readonly mode: PolicyMode;
   /** The edge's own buckets: the limit without a store, the fallback with one. */
   readonly limiter: ClientRateLimiter;
-  /** The table's name in the edge's {@link PolicyContext.tables}. */
-  readonly tableName: string;
+  /** The names of its tables in the edge's {@link PolicyContext.tables}. */
+  readonly tableNames: readonly string[];
   /** Denials in a row after which the client goes on the TTL list (0: never). */
   readonly blockAfter: number;
   readonly #ttl: TtlBlocklist | undefined;
@@ -156,8 +156,8 @@ export class RateLimitCheck implements PolicyCheck {
   ) {
     this.mode = policy.mode;
     const { name, table } = context.tables.table("rate", context.scope, policy.max_clients);
-    this.tableName = name;
-    this.#remote = policy.store && context.fleet?.rate(policy, context.scope);
+    this.#remote = policy.store && context.fleet?.rate(policy, context);
+    this.tableNames = [name, ...this.#remote?.tables ?? []];
     this.limiter = new ClientRateLimiter({
       perSecond: policy.per_second,
       burst: policy.burst,

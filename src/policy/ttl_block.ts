@@ -110,7 +110,7 @@ export class TtlBlockCheck implements PolicyCheck {
   constructor(policy: ActivePolicy<"ttl_block">, context: PolicyContext) {
     this.mode = policy.mode;
     const { name, table } = context.tables.table("ttl", context.scope, policy.max_entries);
-    const remote = policy.store ? context.fleet?.blocks(policy, context.scope) : undefined;
+    const remote = policy.store ? context.fleet?.blocks(policy, context, table) : undefined;
     this.tableName = name;
     this.list = new TtlBlocklist({
       table,

@@ -1,0 +1,125 @@
+/**
+ * The fleet store end to end: real edges (under their derived flags) sharing one real Redis. One
+ * rate limit for the fleet; keys that carry no host or address and expire by themselves; a block
+ * made on one edge refused by the other; the store killed under load — the edges serve on their
+ * own tables, count and show the fallback — and back again. The config rules around it: a tenant
+ * file may name only a store the edge lists, and a store needs the tenant salt.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import {
+  DEMO_TENANT,
+  derivedFlags,
+  freePorts,
+  Gateway,
+  type LanePorts,
+  proofConfig,
+  writeConfig,
+} from "./fixtures/gateway.ts";
+import { json, request } from "./fixtures/http_client.ts";
+import { waitFor } from "./fixtures/in_process.ts";
+import { RedisServer } from "./fixtures/redis.ts";
+import { peerTest } from "./fixtures/require.ts";
+
+const SALT = "fleet-store-test-salt-0123456789\n";
+
+/** A store's view in `/v1/health`. */
+interface StoreView {
+  url: string;
+  up: boolean;
+  decisions: number;
+  fallbacks: number;
+  fallbacks_down: number;
+  blocks_published: number;
+  blocks_received: number;
+  prechecked: number;
+}
+
+/** An edge config on free ports, listing `url` as its store and keyed with the shared salt. */
+async function fleetEdge(
+  url: string,
+  policies: Record<string, unknown>,
+  workers = 0,
+): Promise<Gateway> {
+  const [p, l, h] = freePorts(3);
+  const ports: LanePorts = { public: p, local_health: l, provider_health: h };
+  const config = proofConfig(ports, {
+    ...(workers > 0 ? { workers } : {}),
+    policy_stores: [url],
+    observe: { salt_file: "salt" },
+  });
+  const dir = await writeConfig(config, [{ ...DEMO_TENANT, policies }]);
+  await Deno.writeTextFile(`${dir.dir}/salt`, SALT, { mode: 0o600 });
+  await Deno.chmod(`${dir.dir}/salt`, 0o600);
+  return await Gateway.start(dir, ports);
+}
+
+/** One request for the demo tenant, on a fresh connection. */
+async function hit(edge: Gateway): Promise<number> {
+  const response = await request(edge.ports.public, {
+    path: "/",
+    headers: [["Host", "demo.test"]],
+  });
+  return response.status;
+}
+
+/** The edge's view of its one store. */
+async function storeOf(edge: Gateway): Promise<StoreView> {
+  const health = await json<{ policy_stores: StoreView[] }>(
+    await request(edge.ports.local_health, { path: "/v1/health" }),
+  );
+  return health.policy_stores[0];
+}
+
+/** The value of `series` on the edge's /metrics, or undefined. */
+async function metric(edge: Gateway, series: string): Promise<number | undefined> {
+  const text = (await request(edge.ports.local_health, { path: "/metrics" })).body;
+  const line = text.split("\n").find((l) => l.startsWith(series + " "));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+/** Waits until every edge's store is up. */
+async function storesUp(edges: Gateway[]): Promise<void> {
+  for (const edge of edges) await waitFor(() => storeOf(edge), (s) => s?.up === true, 10_000);
+}
+
+peerTest(
+  "fleet store: two edges admit one burst between them, on keys with no host or address",
+  ["redis-server"],
+  async (peers) => {
+    const redis = await RedisServer.start(peers["redis-server"]);
+    const edges: Gateway[] = [];
+    try {
+      const policies = {
+        rate_limit: { per_second: 0.001, burst: 6, store: { redis: { url: redis.url } } },
+      };
+      edges.push(await fleetEdge(redis.url, policies), await fleetEdge(redis.url, policies));
+      await storesUp(edges);
+      const statuses: number[] = [];
+      for (let i = 0; i < 20; i++) statuses.push(await hit(edges[i % 2]));
+      assert.deepEqual(statuses, [...Array(6).fill(200), ...Array(14).fill(429)]);
+      // Request workers report their counters to worker 0 twice a second.
+      const decided = () => Promise.all(edges.map(storeOf));
+      const [a, b] = await waitFor(decided, ([a, b]) => a.decisions + b.decisions === 20);
+      assert.equal(a.fallbacks + b.fallbacks, 0);
+
+      const stored = await redis.dump();
+      assert.equal(stored.size, 1, `one bucket: ${[...stored.keys()]}`);
+      for (const [key, { value, ttlMs }] of stored) {
+        assert.match(key, /^portcullis:r:[A-Za-z0-9_-]{11}:[A-Za-z0-9_-]{22}$/);
+        for (const plain of ["demo.test", "127.0.0.1"]) {
+          assert.ok(!key.includes(plain) && !value.includes(plain), `${plain} in ${key} ${value}`);
+        }
+        // Six tokens at one per 1,000 s: the bucket is full again in ~6,000 s, and goes then.
+        assert.ok(ttlMs > 5_000_000 && ttlMs <= 6_000_001, `expires with its bucket: ${ttlMs}`);
+      }
+      const flags = await derivedFlags(edges[0].dir.config);
+      assert.ok(flags.some((f) => f.startsWith("--allow-net=") && f.includes(`:${redis.port}`)));
+      assert.ok(flags.some((f) => f.startsWith("--ignore-env=") && f.includes("DEBUG")));
+    } finally {
+      for (const edge of edges) await edge.dispose();
+      await redis.stop();
+    }
+  },
+);
