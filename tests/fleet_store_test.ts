@@ -116,7 +116,101 @@ peerTest(
       }
       const flags = await derivedFlags(edges[0].dir.config);
       assert.ok(flags.some((f) => f.startsWith("--allow-net=") && f.includes(`:${redis.port}`)));
-      assert.ok(flags.some((f) => f.startsWith("--ignore-env=") && f.includes("DEBUG")));
+      assert.ok(!flags.some((f) => f.startsWith("--allow-env")), "no environment is granted");
+    } finally {
+      for (const edge of edges) await edge.dispose();
+      await redis.stop();
+    }
+  },
+);
+
+peerTest(
+  "fleet store: a client blocked on one edge is refused by the other, which learns it from the store",
+  ["redis-server"],
+  async (peers) => {
+    const redis = await RedisServer.start(peers["redis-server"]);
+    const edges: Gateway[] = [];
+    try {
+      const store = { redis: { url: redis.url } };
+      const policies = {
+        // Two requests, then the second denial in a row puts the client on the list for 10 min.
+        rate_limit: { per_second: 0.001, burst: 2, block_after: 2, store },
+        ttl_block: { ttl_ms: 600_000, action: "404", store },
+      };
+      edges.push(await fleetEdge(redis.url, policies), await fleetEdge(redis.url, policies));
+      await storesUp(edges);
+      const [a, b] = edges;
+      assert.deepEqual([await hit(a), await hit(a), await hit(a), await hit(a)], [
+        200,
+        200,
+        429,
+        429,
+      ]);
+      // The block is in the store, under a hashed key, with its TTL.
+      const blocks = [...(await redis.dump())].filter(([key]) => key.startsWith("portcullis:b:"));
+      assert.equal(blocks.length, 1);
+      assert.ok(blocks[0][1].ttlMs > 590_000, `the block keeps its TTL: ${blocks[0][1].ttlMs}`);
+      // Edge b never saw this client's denials, yet refuses it as blocked (404), not 429.
+      assert.equal(await waitFor(() => hit(b), (status) => status === 404, 5000), 404);
+      await waitFor(() => storeOf(b), (s) => s.blocks_received >= 1);
+      await waitFor(() => storeOf(a), (s) => s.blocks_published === 1);
+
+      // An edge that starts after the block reads it from the store when it subscribes.
+      edges.push(await fleetEdge(redis.url, policies));
+      await storesUp([edges[2]]);
+      assert.equal(await waitFor(() => hit(edges[2]), (status) => status === 404, 5000), 404);
+    } finally {
+      for (const edge of edges) await edge.dispose();
+      await redis.stop();
+    }
+  },
+);
+
+peerTest(
+  "fleet store: killed under load, the edges serve on their own tables and say so; back, it decides again",
+  ["redis-server"],
+  async (peers) => {
+    const redis = await RedisServer.start(peers["redis-server"]);
+    const edges: Gateway[] = [];
+    try {
+      const policies = {
+        rate_limit: { per_second: 0.001, burst: 3, store: { redis: { url: redis.url } } },
+      };
+      edges.push(await fleetEdge(redis.url, policies), await fleetEdge(redis.url, policies));
+      await storesUp(edges);
+      const load = async () => {
+        const statuses: number[] = [];
+        for (let i = 0; i < 12; i++) statuses.push(await hit(edges[i % 2]));
+        return statuses;
+      };
+      assert.deepEqual(await load(), [200, 200, 200, ...Array(9).fill(429)], "one fleet bucket");
+
+      await redis.stop();
+      const down = await load();
+      // Each edge now decides alone, on a table that never saw this client: three each.
+      assert.equal(down.filter((s) => s === 200).length, 6, `local limits: ${down}`);
+      assert.ok(down.every((s) => s === 200 || s === 429), `no failure while down: ${down}`);
+      for (const edge of edges) {
+        const view = await waitFor(() => storeOf(edge), (s) => !s.up && s.fallbacks >= 6);
+        assert.ok(view.fallbacks_down >= 1, "a fallback while the store is known down");
+        assert.equal(await metric(edge, `portcullis_policy_store_up{store="${redis.url}"}`), 0);
+        assert.equal(edge.stderr.match(/fleet store .* is down/g)?.length, 2, "once per isolate");
+      }
+
+      await redis.resume(); // empty: the fleet bucket starts afresh
+      await storesUp(edges);
+      const before = await Promise.all(edges.map(storeOf));
+      assert.deepEqual(await load(), [200, 200, 200, ...Array(9).fill(429)], "one bucket again");
+      const after = await waitFor(
+        () => Promise.all(edges.map(storeOf)),
+        (views) =>
+          views[0].decisions + views[1].decisions ===
+            before[0].decisions + before[1].decisions + 12,
+      );
+      assert.deepEqual(after.map((v) => v.fallbacks), before.map((v) => v.fallbacks));
+      for (const edge of edges) {
+        assert.equal(edge.stderr.match(/fleet store .* is up/g)?.length, 4, "up at boot and again");
+      }
     } finally {
       for (const edge of edges) await edge.dispose();
       await redis.stop();

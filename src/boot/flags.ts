@@ -86,10 +86,6 @@ export function requiredGrants(
   for (const url of config.policyStores) {
     grants.push({ name: "net", value: storeAddress(url), purpose: "fleet policy store" });
   }
-  if (config.policyStores.length > 0) {
-    // The store client's `debug` dependency reads DEBUG: hidden, never granted.
-    grants.push({ name: "ignore-env", value: "DEBUG", purpose: "store client debug switch" });
-  }
   grants.push({ name: "read", value: config.file, purpose: "config file" });
   const runtime = config.runtime;
   if (runtime.kind === "local") {
