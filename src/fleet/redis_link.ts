@@ -1,6 +1,6 @@
 /**
  * One isolate's connection to one fleet store (a Redis-protocol server: Redis or Valkey), through
- * `@redis/client` 5 — chosen by measurement (docs/decisions.md §20): with 64 callers it made about
+ * `@redis/client` 5 — chosen by measurement (docs/decisions.md §17): with 64 callers it made about
  * three times the script calls a second of `ioredis` (91k against 32k), it needs nothing but the
  * net grant (ioredis's `debug` dependency reads the environment), and it installs two packages.
  *
