@@ -28,6 +28,8 @@ import { loadConfig } from "../src/config/load.ts";
 import { configErrorOf } from "./fixtures/config_files.ts";
 import { proofConfig, writeConfig } from "./fixtures/gateway.ts";
 import { stringify } from "yaml";
+import { planEdge } from "../src/edge/plan.ts";
+import { LANES } from "../lanes/mod.ts";
 
 const URL_A = "redis://127.0.0.1:6379";
 
@@ -221,4 +223,21 @@ Deno.test("policy_stores needs observe.salt_file, and store URLs carry no creden
       /policy_stores\[0\]: Expected "redis:\/\/host:port"/,
     );
   }
+});
+
+Deno.test("planEdge() refuses policy_stores whose salt file cannot be used, naming the field", async () => {
+  const ports = { public: 1, local_health: 2, provider_health: 3 };
+  const config = proofConfig(ports, {
+    policy_stores: [URL_A],
+    observe: { salt_file: "/nonexistent/portcullis-salt" },
+  });
+  const dir = await writeConfig(config);
+  const error = await configErrorOf(
+    planEdge(await loadConfig(dir.config), LANES),
+    "planned stores with no salt",
+  );
+  assert.match(
+    formatProblem(error.problems[0]),
+    /observe\.salt_file: Cannot read tenant label salt "\/nonexistent\/portcullis-salt".*: policy_stores key every client with it/,
+  );
 });
