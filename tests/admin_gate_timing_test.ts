@@ -98,7 +98,6 @@ Deno.test("AdminGate.matches() takes the same time for a miss in segment 1, a mi
   const time = { first: timer("first"), third: timer("third"), hit: timer("hit") };
   for (let i = 0; i < WARM_UP; i++) timeInRandomOrder(time);
 
-  const started = performance.now();
   const rounds = [];
   for (let round = 1; round <= ROUNDS; round++) rounds.push(measureRound(round, time));
   const seen = rounds.map((r) => r.line).join("\n");
@@ -110,5 +109,4 @@ Deno.test("AdminGate.matches() takes the same time for a miss in segment 1, a mi
         `miss (p < 0.001 in ${different.length} of ${ROUNDS} rounds):\n${seen}`,
     );
   }
-  assert.ok(performance.now() - started < 20_000, "the rounds stay bounded");
 });
