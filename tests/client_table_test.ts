@@ -229,3 +229,15 @@ Deno.test("ClientTable.block() holds until its end, not after, seen from every v
   assert.equal(a.blockedUntil(key, 8000), 9000, "blocked again");
   assert.equal(a.take(key, 8000, rateOf(1, 1)).allowed, true, "a block leaves the bucket alone");
 });
+
+Deno.test("ClientTable.advance() moves an arrival time forward, never back", () => {
+  const table = new ClientTable(ClientTable.allocate(16));
+  const rate = rateOf(1, 2); // tolerance 2 s
+  const key = keyOf("t|203.0.113.7");
+  table.advance(key, 5000, 0); // the fleet says: 5 s ahead
+  assert.equal(table.take(key, 0, rate).allowed, false, "an empty bucket, as the fleet left it");
+  table.advance(key, 1000, 0); // an older answer arriving late
+  // Allowed once 5 s + 1 s − now ≤ the 2 s tolerance: from 4 s on.
+  assert.equal(table.take(key, 3999, rate).allowed, false, "still 5 s: not moved back");
+  assert.equal(table.take(key, 4000, rate).allowed, true);
+});

@@ -2,7 +2,8 @@
  * The fleet store end to end: real edges (under their derived flags) sharing one real Redis. One
  * rate limit for the fleet; keys that carry no host or address and expire by themselves; a block
  * made on one edge refused by the other; the store killed under load — the edges serve on their
- * own tables, count and show the fallback — and back again. The config rules around it: a tenant
+ * own tables (which kept the fleet's state: no fresh burst for a client that spent its budget),
+ * count and show the fallback — and back again. The config rules around it: a tenant
  * file may name only a store the edge lists, and a store needs the tenant salt.
  *
  * @module
@@ -48,6 +49,8 @@ async function fleetEdge(
     ...(workers > 0 ? { workers } : {}),
     policy_stores: [url],
     observe: { salt_file: "salt" },
+    // The test stands in for other clients with X-Forwarded-For (see `hit`).
+    trusted_proxies: ["127.0.0.1/32"],
   });
   const dir = await writeConfig(config, [{ ...DEMO_TENANT, policies }]);
   await Deno.writeTextFile(`${dir.dir}/salt`, SALT, { mode: 0o600 });
@@ -55,12 +58,11 @@ async function fleetEdge(
   return await Gateway.start(dir, ports);
 }
 
-/** One request for the demo tenant, on a fresh connection. */
-async function hit(edge: Gateway): Promise<number> {
-  const response = await request(edge.ports.public, {
-    path: "/",
-    headers: [["Host", "demo.test"]],
-  });
+/** One request for the demo tenant from `client` (127.0.0.1 itself by default), on a fresh connection. */
+async function hit(edge: Gateway, client?: string): Promise<number> {
+  const headers: [string, string][] = [["Host", "demo.test"]];
+  if (client) headers.push(["X-Forwarded-For", client]);
+  const response = await request(edge.ports.public, { path: "/", headers });
   return response.status;
 }
 
@@ -182,20 +184,23 @@ peerTest(
       };
       edges.push(await fleetEdge(redis.url, policies), await fleetEdge(redis.url, policies));
       await storesUp(edges);
-      const load = async () => {
+      const load = async (client?: string) => {
         const statuses: number[] = [];
-        for (let i = 0; i < 12; i++) statuses.push(await hit(edges[i % 2]));
+        for (let i = 0; i < 12; i++) statuses.push(await hit(edges[i % 2], client));
         return statuses;
       };
       assert.deepEqual(await load(), [200, 200, 200, ...Array(9).fill(429)], "one fleet bucket");
 
       await redis.stop();
-      const down = await load();
-      // Each edge now decides alone, on a table that never saw this client: three each.
-      assert.equal(down.filter((s) => s === 200).length, 6, `local limits: ${down}`);
-      assert.ok(down.every((s) => s === 200 || s === 429), `no failure while down: ${down}`);
+      // Each edge now decides alone. Its table went on from the store's answers, so the client
+      // that spent the fleet's bucket gets no fresh one; a new client gets each edge's own burst.
+      const spent = await load();
+      assert.deepEqual(spent, Array(12).fill(429), `no fresh burst for a spent client: ${spent}`);
+      const fresh = await load("198.51.100.7");
+      assert.equal(fresh.filter((s) => s === 200).length, 6, `local limits: ${fresh}`);
+      assert.ok(fresh.every((s) => s === 200 || s === 429), `no failure while down: ${fresh}`);
       for (const edge of edges) {
-        const view = await waitFor(() => storeOf(edge), (s) => !s.up && s.fallbacks >= 6);
+        const view = await waitFor(() => storeOf(edge), (s) => !s.up && s.fallbacks >= 12);
         assert.ok(view.fallbacks_down >= 1, "a fallback while the store is known down");
         assert.equal(await metric(edge, `portcullis_policy_store_up{store="${redis.url}"}`), 0);
         assert.equal(edge.stderr.match(/fleet store .* is down/g)?.length, 2, "once per isolate");

@@ -152,6 +152,24 @@ export class ClientTable {
     }
   }
 
+  /**
+   * Moves `key`'s arrival time forward to `tatMs` (never back): the fleet store's answer, kept so
+   * that a decision made here while the store is away goes on from the fleet's state instead of
+   * a fresh bucket. `nowMs` counts as a sighting.
+   */
+  advance(key: bigint, tatMs: number, nowMs: number): void {
+    const tat = micros(tatMs), now = micros(nowMs);
+    const words = this.#words;
+    const base = this.#claim(storedKey(key), now);
+    Atomics.store(words, base + FIELD.seen, now);
+    for (;;) {
+      const held = Atomics.load(words, base + FIELD.tat);
+      if (held >= tat || Atomics.compareExchange(words, base + FIELD.tat, held, tat) === held) {
+        return;
+      }
+    }
+  }
+
   /** Blocks `key` until `untilMs`, replacing any earlier block; `nowMs` counts as a sighting. */
   block(key: bigint, untilMs: number, nowMs: number): void {
     const stored = storedKey(key), now = micros(nowMs), until = micros(untilMs);

@@ -56,9 +56,14 @@ export interface RemoteRate {
   precheck(client: string, nowMs: number): RateDecision | undefined;
   /**
    * The store's decision; undefined at once while the store is known to be down, and a promise of
-   * undefined when it fails or is late: either way the caller decides on its own table.
+   * undefined when it fails or is late: either way the caller decides on its own table (which each
+   * answer moved forward to the fleet's arrival time, so it goes on from there).
    */
-  take(client: string, rate: GcraRate): Promise<RemoteAnswer | undefined> | undefined;
+  take(
+    client: string,
+    rate: GcraRate,
+    local: { table: ClientTable; nowMs: number },
+  ): Promise<RemoteAnswer | undefined> | undefined;
 }
 
 /** One tenant's TTL blocklist on a fleet store. */

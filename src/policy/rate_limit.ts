@@ -89,7 +89,8 @@ export function rateDecision(
 /** One tenant's buckets in a shared table (the rate limit without a fleet store). */
 export class ClientRateLimiter {
   readonly rate: GcraRate;
-  readonly #table: ClientTable;
+  /** The shared table the buckets are in. */
+  readonly table: ClientTable;
   readonly #key: (client: string) => bigint;
 
   /**
@@ -102,13 +103,13 @@ export class ClientRateLimiter {
     key: (client: string) => bigint;
   }) {
     this.rate = gcraRate(options.perSecond, options.burst);
-    this.#table = options.table;
+    this.table = options.table;
     this.#key = options.key;
   }
 
   /** Clients forgotten to stay within the table, by every worker. */
   get evictions(): number {
-    return this.#table.stats().evictions;
+    return this.table.stats().evictions;
   }
 
   /**
@@ -126,7 +127,7 @@ export class ClientRateLimiter {
    * ```
    */
   take(client: string, nowMs: number): RateDecision {
-    const taken = this.#table.take(this.#key(client), nowMs, this.rate);
+    const taken = this.table.take(this.#key(client), nowMs, this.rate);
     return rateDecision(taken.allowed, taken.aheadMs, this.rate, taken.denialsInARow);
   }
 }
@@ -181,7 +182,8 @@ export class RateLimitCheck implements PolicyCheck {
     if (!remote) return this.#conclude(request, trail, this.#local(request));
     const refused = remote.precheck(request.client(), request.now);
     if (refused) return this.#conclude(request, trail, refused);
-    const pending = remote.take(request.client(), this.limiter.rate);
+    const local = { table: this.limiter.table, nowMs: request.now };
+    const pending = remote.take(request.client(), this.limiter.rate, local);
     if (!pending) return this.#conclude(request, trail, this.#local(request));
     return pending.then((answer) =>
       this.#conclude(request, trail, answer ? this.#fromStore(answer) : this.#local(request))

@@ -253,7 +253,7 @@ arenaTest("h2 off by default (TLS, no tls.http2)", { tls: {} }, {
     try {
       assert.equal(wire.alpn, false);
       await wire.write(rapidResetBurst(50));
-      assert.ok(await wire.until(() => wire.closed, 3000), "the gateway closed the connection");
+      assert.ok(await wire.until(() => wire.closed, 20_000), "the gateway closed the connection");
     } finally {
       await wire.close();
     }
@@ -281,7 +281,7 @@ arenaTest("h2 rapid reset (tls.http2: true)", HTTP2_ON, {
       try {
         assert.equal(wire.alpn, "h2");
         await wire.write(rapidResetBurst(BURST));
-        ended = await wire.until(() => wire.closed, 5000);
+        ended = await wire.until(() => wire.closed, 20_000); // a deadline: 5 s lapsed under load
       } finally {
         await wire.close();
       }
@@ -352,7 +352,7 @@ arenaTest("h2 flow control on a stream (tls.http2: true)", HTTP2_ON, {
         await wire.write(
           concat([windowUpdateFrame(1, MAX_WINDOW), windowUpdateFrame(1, MAX_WINDOW)]),
         );
-        assert.ok(await wire.until(() => wire.closed, 3000), "the gateway closed the connection");
+        assert.ok(await wire.until(() => wire.closed, 20_000), "the gateway closed the connection");
       } finally {
         await wire.close();
       }
@@ -400,7 +400,7 @@ async function sendAndEnd(arena: Arena, frames: Uint8Array[]): Promise<H2Wire> {
   try {
     assert.equal(wire.alpn, "h2");
     await wire.write(concat([PREFACE, settingsFrame(), settingsAck(), ...frames]));
-    await wire.until(() => wire.closed, 3000);
+    await wire.until(() => wire.closed, 20_000);
   } finally {
     await wire.close();
   }
