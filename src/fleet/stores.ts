@@ -10,7 +10,9 @@
  *   entry this edge's requests look up.
  * - **Decisions** are one script call each (`gcra_script.ts`). While the store is down — or when
  *   it is late past `timeout_ms`, or fails — the decision is made on the edge's own shared table
- *   instead, and counted as a fallback (`/v1/health`, `/metrics`).
+ *   instead, and counted as a fallback (`/v1/health`, `/metrics`). Every answer moves that table's
+ *   entry to the fleet's arrival time, so a fallback goes on from the fleet's state: slowing or
+ *   killing the store does not hand a client that spent its budget a fresh bucket on every edge.
  * - **The pre-check** (`precheck_share`) is a local bucket of that share of the rate and burst: a
  *   client it refuses costs no round trip, so a flood stays local.
  * - **Blocks** are set in the store with their TTL and published on `<key_prefix>blocks`; worker 0
