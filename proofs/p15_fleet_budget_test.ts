@@ -37,7 +37,13 @@ import {
   request,
 } from "../tests/fixtures/http_client.ts";
 import { waitFor } from "../tests/fixtures/in_process.ts";
-import { RedisServer } from "../tests/fixtures/redis.ts";
+import {
+  metricOf as metric,
+  RedisServer,
+  storeOf,
+  type StoreView,
+  writeSalt,
+} from "../tests/fixtures/redis.ts";
 import { peerTest } from "../tests/fixtures/require.ts";
 
 const RATE = 10;
@@ -57,15 +63,6 @@ interface Outcome {
   readonly sentAt: number;
   readonly doneAt: number;
   readonly status: number | "no answer";
-}
-
-/** A store's view in `/v1/health`. */
-interface StoreView {
-  url: string;
-  up: boolean;
-  decisions: number;
-  fallbacks: number;
-  fallbacks_down: number;
 }
 
 /** The hub's tenant: `GET /` answered by the edge, limited per client on the store at `url`. */
@@ -89,8 +86,7 @@ async function startFleetEdge(hub: HubProcess, node: string, url: string): Promi
   const config = parse(await Deno.readTextFile(dir.config)) as Record<string, unknown>;
   Object.assign(config, { workers: 2, policy_stores: [url], observe: { salt_file: "salt" } });
   await Deno.writeTextFile(dir.config, stringify(config));
-  await Deno.writeTextFile(`${dir.dir}/salt`, SALT, { mode: 0o600 });
-  await Deno.chmod(`${dir.dir}/salt`, 0o600);
+  await writeSalt(dir.dir, SALT);
   const edge = await Gateway.start(dir, ports).catch(async (error) => {
     await Deno.remove(dir.dir, { recursive: true }).catch(() => {});
     throw error;
@@ -171,12 +167,6 @@ function assertOneBudget(outcomes: readonly Outcome[], phase: string): void {
   );
 }
 
-/** The edge's view of its one store. */
-async function storeOf(edge: Gateway): Promise<StoreView> {
-  const response = await request(edge.ports.local_health, { path: "/v1/health" });
-  return json<{ policy_stores: StoreView[] }>(response).policy_stores[0];
-}
-
 /**
  * Every edge's store view once its workers' reports account for every request sent to it (each
  * request is one decision or one fallback; workers report twice a second).
@@ -188,13 +178,6 @@ function settled(edges: Gateway[], all: readonly Outcome[]): Promise<StoreView[]
     (views) => views.every((v, i) => v.decisions + v.fallbacks === sent[i]),
     10_000,
   );
-}
-
-/** The value of `series` on the edge's /metrics, or undefined. */
-async function metric(edge: Gateway, series: string): Promise<number | undefined> {
-  const text = (await request(edge.ports.local_health, { path: "/metrics" })).body;
-  const line = text.split("\n").find((l) => l.startsWith(series + " "));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
 peerTest(
