@@ -189,7 +189,7 @@ Deno.test("loadTenants() names every problem of a proxy action", async () => {
     "a.example.yaml": tenant(
       "a.example",
       "  - match: { prefix: / }\n    proxy: { pool: tor }\n" +
-        "  - match: { prefix: /b }\n    proxy: { backends: [{ url: 'https://x.onion' }] }\n" +
+        "  - match: { prefix: /b }\n    proxy: { backends: [{ url: 'ftp://x.onion' }] }\n" +
         "  - match: { prefix: /c }\n    proxy: { backends: [{ url: 'http://x.onion/base' }] }\n" +
         "  - match: { prefix: /d }\n    proxy:\n      backends: [{ url: 'http://x.onion' }]\n" +
         "      rewrite: { strip_prefix: /d, replace: /e }\n" +
@@ -197,8 +197,7 @@ Deno.test("loadTenants() names every problem of a proxy action", async () => {
         "      rewrite: { regex: '^/f/(.*)$', to: '/$2' }\n",
     ),
   });
-  const backendUrl =
-    "Expected http://host[:port] with no path (use rewrite to change paths; https backends are not supported yet)";
+  const backendUrl = "Expected http(s)://host[:port] with no path (use rewrite to change paths)";
   assert.deepEqual(problems.map((p) => [p.path.join("."), p.message]), [
     ["routes.0.proxy.backends", "Required field is missing"],
     ["routes.0.proxy.pool", "Unknown field (a typo? unknown fields are refused, never ignored)"],

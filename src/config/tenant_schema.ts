@@ -103,13 +103,16 @@ const Redirect = v.strictObject({
   ),
 });
 
-/** A backend: `http://host[:port]` (an `.onion` name or any host the egress can reach). */
+/**
+ * A backend: `http://host[:port]` or `https://host[:port]` (an `.onion` name or any host the
+ * egress can reach; TLS runs over the SOCKS tunnel or the direct connection).
+ */
 const Backend = v.strictObject({
   url: v.pipe(
     v.string("Expected a URL"),
     v.regex(
-      /^http:\/\/(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(?::\d{1,5})?\/?$/,
-      "Expected http://host[:port] with no path (use rewrite to change paths; https backends are not supported yet)",
+      /^https?:\/\/(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(?::\d{1,5})?\/?$/,
+      "Expected http(s)://host[:port] with no path (use rewrite to change paths)",
     ),
   ),
   weight: v.optional(wholeNumber(1, 1000, "a weight"), 1),
@@ -140,6 +143,24 @@ const Proxy = v.strictObject({
   attempts: v.optional(wholeNumber(1, 10, "a number of attempts"), 3),
   /** Also retry POST (only safe when the upstream makes POST idempotent). */
   retry_post: v.optional(v.boolean("Expected true or false"), false),
+  /** Per attempt: time to a usable connection (TCP, SOCKS, TLS); default `egress.connect_timeout_ms`. */
+  connect_ms: v.optional(wholeNumber(1, 600_000, "milliseconds")),
+  /** Per attempt: time from the request written to the response head; default none (the deadline). */
+  first_byte_ms: v.optional(wholeNumber(1, 3_600_000, "milliseconds")),
+  /** How `https://` backends are verified and what they are shown (files in the tenants folder). */
+  tls: v.optional(v.strictObject({
+    /** PEM roots trusted instead of the runtime's. */
+    ca_file: v.optional(Text),
+    /** PEM client certificate chain and key, for backends that require one (mTLS). */
+    cert_file: v.optional(Text),
+    key_file: v.optional(Text),
+    /** SNI and the name checked, instead of the backend's host. */
+    server_name: v.optional(HostName),
+    min_version: v.optional(
+      v.picklist(["TLSv1.2", "TLSv1.3"], 'Expected "TLSv1.2" or "TLSv1.3"'),
+      "TLSv1.2",
+    ),
+  })),
 });
 
 const Route = v.strictObject({

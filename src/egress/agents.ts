@@ -1,7 +1,9 @@
 /**
  * The ways out, as `node:http` agents that keep upstream connections alive: one agent per SOCKS
  * instance (each new connection is a SOCKS5 CONNECT with remote name resolution through that
- * instance), and one agent for `direct` targets. Both bound the time to a usable connection.
+ * instance), and one agent for `direct` targets. Both bound the time to a usable connection, and
+ * both run the TLS handshake of an `https://` backend inside that time (upstream_tls.ts), pooling
+ * TLS connections apart per TLS identity.
  *
  * @module
  */
@@ -10,6 +12,7 @@ import net from "node:net";
 import type { Duplex } from "node:stream";
 import { socksConnect, type SocksInstance } from "./socks5.ts";
 import type { SocksDial } from "./transport.ts";
+import { poolName, startUpstreamTls, upstreamTlsOf } from "./upstream_tls.ts";
 
 /** Agent settings shared by every way out. */
 export interface AgentSettings {
@@ -48,6 +51,15 @@ type Callback = (error: Error | null, stream: Duplex) => void;
  */
 export const HANDSHAKE_SIGNAL = "portcullisHandshakeSignal";
 
+/** The request option that carries a route's per-attempt connect limit (`proxy.connect_ms`). */
+export const CONNECT_MS = "portcullisConnectMs";
+
+/** The connect limit an attempt asked for, else the agent's own. */
+function connectLimit(options: http.ClientRequestArgs, own: number): number {
+  const given = (options as Record<string, unknown>)[CONNECT_MS];
+  return typeof given === "number" && given > 0 ? given : own;
+}
+
 /** The abort signal an attempt passed in its request options, if any. */
 function handshakeSignal(options: http.ClientRequestArgs): AbortSignal | undefined {
   const signal = (options as Record<string, unknown>)[HANDSHAKE_SIGNAL];
@@ -72,6 +84,25 @@ const AGENT_OPTIONS: http.AgentOptions = {
   maxFreeSockets: MAX_FREE_SOCKETS,
   scheduling: "lifo",
 };
+
+/**
+ * `pending`'s connection, with the TLS handshake of an `https://` attempt run on it within what is
+ * left of `timeoutMs` (started at `started`).
+ */
+function secured(
+  pending: Promise<Duplex>,
+  options: http.ClientRequestArgs,
+  limits: { timeoutMs: number; started: number },
+): Promise<Duplex> {
+  const settings = upstreamTlsOf(options);
+  if (!settings) return pending;
+  return pending.then((socket) =>
+    startUpstreamTls(socket, settings, {
+      timeoutMs: limits.timeoutMs - (performance.now() - limits.started),
+      signal: handshakeSignal(options),
+    })
+  );
+}
 
 /** Counts connections being made (TCP connect and SOCKS handshake, before node has them). */
 class Connecting {
@@ -113,6 +144,11 @@ export class SocksAgent extends http.Agent {
     this.#dial = dial;
   }
 
+  /** The pool a connection belongs to: per destination, and per TLS identity (upstream_tls.ts). */
+  override getName(options?: http.ClientRequestArgs): string {
+    return poolName(super.getName(options), options ?? {});
+  }
+
   /** Called by node for each new upstream connection. */
   override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
     const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
@@ -125,12 +161,15 @@ export class SocksAgent extends http.Agent {
     const refuseBound = this.#refuseBound;
     const onBound = refuseBound &&
       ((bound: string) => refuseBound(target.host, target.port, bound));
-    const pending = socksConnect(this.instance, target, {
-      timeoutMs: this.#timeoutMs,
+    const started = performance.now();
+    const timeoutMs = connectLimit(options, this.#timeoutMs);
+    const tunnel = socksConnect(this.instance, target, {
+      timeoutMs,
       signal,
       onBound,
       dial: this.#dial,
     });
+    const pending = secured(tunnel, options, { timeoutMs, started });
     this.connecting.track(pending)
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;
@@ -170,6 +209,11 @@ export class DirectAgent extends http.Agent {
     this.#refuse = settings.refuse;
   }
 
+  /** The pool a connection belongs to: per destination, and per TLS identity (upstream_tls.ts). */
+  override getName(options?: http.ClientRequestArgs): string {
+    return poolName(super.getName(options), options ?? {});
+  }
+
   /** Called by node for each new upstream connection. */
   override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
     const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
@@ -178,11 +222,10 @@ export class DirectAgent extends http.Agent {
       callback?.(new EgressRefusal(refusal), LATER);
       return LATER;
     }
-    const pending = connectDirect(
-      target,
-      { connectTimeoutMs: this.#timeoutMs },
-      handshakeSignal(options),
-    );
+    const started = performance.now();
+    const timeoutMs = connectLimit(options, this.#timeoutMs);
+    const socket = connectDirect(target, { connectTimeoutMs: timeoutMs }, handshakeSignal(options));
+    const pending = secured(socket, options, { timeoutMs, started });
     this.connecting.track(pending)
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;

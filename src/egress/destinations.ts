@@ -24,6 +24,7 @@
  */
 import { AddressSet } from "../request/cidr.ts";
 import { readHost, splitTarget } from "../request/host.ts";
+import type { UpstreamTls } from "./upstream_tls.ts";
 
 const LOOPBACK = "a loopback address";
 
@@ -203,7 +204,7 @@ export function refuseLoopbackTunnel(
 
 /** A proxy backend, parsed from its URL. */
 export interface Backend {
-  /** `http://authority`, lower case: the negative-cache key. */
+  /** `http://authority` or `https://authority`, lower case: the negative-cache key. */
   readonly key: string;
   /** Host name or IP literal (no brackets). */
   readonly hostname: string;
@@ -213,4 +214,6 @@ export interface Backend {
   /** `host:port` (IPv6 in brackets), as `egress.direct` and `--allow-net` spell it. */
   readonly target: string;
   readonly weight: number;
+  /** Set for an `https://` backend: how its TLS is made and verified (upstream_tls.ts). */
+  readonly tls?: UpstreamTls;
 }

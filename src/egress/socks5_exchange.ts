@@ -31,20 +31,49 @@ export type SocksFailureKind =
   /** Reply 0x01, 0x02, 0x07, 0x08 or any other non-success code. */
   | "rejected";
 
-const REPLIES: Record<number, [SocksFailureKind, string]> = {
-  0x01: ["rejected", "general failure"],
+/**
+ * Every CONNECT reply code this client knows: the kind (which decides the blame, see
+ * `SocksError`) and what it means, worded for the operator who reads the log.
+ *
+ * RFC 1928 §6 defines 0x01–0x08; Tor adds 0xF0–0xF7 for onion services (proposal 304, tor(1)
+ * `SocksPort … ExtendedErrors`). The blame follows how Tor picks a code, read from its source:
+ *
+ * - 0x01 is Tor's catch-all: a circuit torn down, a resource limit, hibernation, an internal
+ *   error, a stream it could not attach. That is the instance's (or its circuits') trouble, so it
+ *   stays on the instance. Without `ExtendedErrors` Tor also answers 0x01 for a bad onion address
+ *   or a missing or wrong client-authorization key — destination faults that then open every
+ *   instance's breaker; the deploy guide sets the flag so those come back as 0xF4–0xF6 instead.
+ * - 0x04 (the name did not resolve, no descriptor could be fetched), 0x05 (refused or reset) and
+ *   0x06 (connecting timed out) describe the destination: another instance would fare no better.
+ * - 0xF0–0xF7 are all about the onion service asked for. 0xF4/0xF5 (client authorization) and
+ *   0xF6 (malformed address) are this destination's configuration, not a network fault, but no
+ *   instance can do better either; 0xF7 is a timeout at the service, not at the instance (the
+ *   kinds have no destination timeout: `timeout` means the instance's handshake ran out).
+ *
+ * Unknown codes stay on the instance: Tor may add codes, and guessing the destination would hide
+ * a broken instance behind the negative cache.
+ */
+const REPLIES: Readonly<Record<number, readonly [SocksFailureKind, string]>> = {
+  0x01: ["rejected", "general SOCKS server failure"],
   0x02: ["rejected", "connection not allowed by ruleset"],
   0x03: ["destination_unreachable", "network unreachable"],
-  0x04: ["destination_unreachable", "host unreachable"],
-  0x05: ["destination_refused", "connection refused"],
-  0x06: ["destination_unreachable", "TTL expired"],
+  0x04: ["destination_unreachable", "host unreachable: the name did not resolve or no route"],
+  0x05: ["destination_refused", "connection refused by the destination"],
+  0x06: ["destination_unreachable", "TTL expired: connecting to the destination timed out"],
   0x07: ["rejected", "command not supported"],
   0x08: ["rejected", "address type not supported"],
+  0xf0: ["destination_unreachable", "onion service descriptor not found (offline or unknown)"],
+  0xf1: ["destination_unreachable", "onion service descriptor is invalid"],
+  0xf2: ["destination_unreachable", "onion service introduction failed (service likely down)"],
+  0xf3: ["destination_unreachable", "onion service rendezvous failed"],
+  0xf4: ["destination_unreachable", "onion service needs client authorization; none configured"],
+  0xf5: ["destination_unreachable", "onion service client authorization is wrong or revoked"],
+  0xf6: ["destination_unreachable", "invalid onion address"],
+  0xf7: ["destination_unreachable", "onion service introduction timed out"],
 };
 
 /** Classifies a non-zero CONNECT reply code. */
-function classifyReply(reply: number): [SocksFailureKind, string] {
-  if (reply >= 0xf0 && reply <= 0xf7) return ["destination_unreachable", "onion service failure"];
+function classifyReply(reply: number): readonly [SocksFailureKind, string] {
   return REPLIES[reply] ?? ["rejected", "unknown reply"];
 }
 

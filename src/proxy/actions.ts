@@ -20,6 +20,10 @@ export interface ProxyAction {
   /** Attempts in all for retry-eligible methods. */
   readonly attempts: number;
   readonly retryPost: boolean;
+  /** Per attempt: the most time to a usable connection (default: the egress's connect timeout). */
+  readonly connectMs?: number;
+  /** Per attempt: the most time from the request written to the response head. */
+  readonly firstByteMs?: number;
   /** For the injected context headers. */
   readonly tenant: string;
   readonly route: string;

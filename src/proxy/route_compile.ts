@@ -12,6 +12,7 @@ import type { RouteDocument } from "../config/tenant_schema.ts";
 import { type Action, namesNoPath, placeholders } from "./actions.ts";
 import type { Backend } from "../egress/destinations.ts";
 import { compileRewrite } from "./rewrite.ts";
+import { compileRouteTls } from "./backend_tls.ts";
 import { type Condition, parsePath, type PathPattern, type RouteEntry } from "./routes.ts";
 
 /** Where a route sits: its tenant and folder, for checks and diagnostics. */
@@ -130,13 +131,31 @@ async function compileAction(
     const { proxy } = route;
     const rewrite = proxy.rewrite ? compileRewrite(proxy.rewrite, site.params) : undefined;
     if (typeof rewrite === "string") fail(at("proxy", "rewrite"), proxy.rewrite, rewrite);
-    const backends = proxy.backends.map((backend) => parseBackend(backend.url, backend.weight));
+    const https = proxy.backends.some((backend) => backend.url.startsWith("https://"));
+    if (proxy.tls && !https) {
+      fail(at("proxy", "tls"), undefined, "tls applies to https:// backends; this route has none");
+    }
+    const tls = https
+      ? await compileRouteTls(
+        site.dir,
+        proxy.tls,
+        (field, value, message) => fail(at("proxy", "tls", field), value, message),
+      )
+      : undefined;
+    const backends = proxy.backends.map((backend) => {
+      const parsed = parseBackend(backend.url, backend.weight);
+      return parsed.key.startsWith("https://") && tls
+        ? { ...parsed, tls: tls.forHost(parsed.hostname) }
+        : parsed;
+    });
     return {
       kind: "proxy",
       backends,
       rewrite: typeof rewrite === "function" ? rewrite : undefined,
       attempts: proxy.attempts,
       retryPost: proxy.retry_post,
+      connectMs: proxy.connect_ms,
+      firstByteMs: proxy.first_byte_ms,
       tenant: site.tenant,
       route: site.name,
     };
@@ -144,15 +163,19 @@ async function compileAction(
   return undefined;
 }
 
-/** Splits a validated `http://host[:port]` backend URL. */
+/**
+ * Splits a validated `http(s)://host[:port]` backend URL (port 80 or 443 when absent). The TLS
+ * settings of an `https://` backend are added by the route (backend_tls.ts).
+ */
 export function parseBackend(url: string, weight: number): Backend {
-  const authority = url.slice("http://".length).replace(/\/$/, "");
+  const scheme = url.startsWith("https://") ? "https" : "http";
+  const authority = url.slice(scheme.length + 3).replace(/\/$/, "");
   const portMatch = /:(\d{1,5})$/.exec(authority);
   const hostPart = portMatch ? authority.slice(0, portMatch.index) : authority;
   const hostname = hostPart.startsWith("[") ? hostPart.slice(1, -1) : hostPart.toLowerCase();
-  const port = portMatch ? Number(portMatch[1]) : 80;
+  const port = portMatch ? Number(portMatch[1]) : scheme === "https" ? 443 : 80;
   return {
-    key: `http://${authority.toLowerCase()}`,
+    key: `${scheme}://${authority.toLowerCase()}`,
     hostname,
     port,
     authority: authority.toLowerCase(),

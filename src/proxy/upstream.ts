@@ -13,8 +13,10 @@
  * passed) is abandoned with it, so nothing is opened for nobody.
  *
  * Failure classification: the SOCKS instance or backend cannot be reached, or no way out exists →
- * 502 `upstream_unreachable`; the upstream broke the exchange before its headers → 502
- * `upstream_failed`; a connection or the response headers took too long → 504 `upstream_timeout`.
+ * 502 `upstream_unreachable`; an `https://` backend's TLS handshake failed (its certificate did
+ * not verify, it refused ours) → 502 `upstream_tls`; the upstream broke the exchange before its
+ * headers → 502 `upstream_failed`; a connection or the response headers took too long → 504
+ * `upstream_timeout`.
  * Details (SOCKS reply codes, Deno's permission errors) go to the log, never to the client.
  *
  * @module
@@ -22,9 +24,15 @@
 import http from "node:http";
 import type { Duplex } from "node:stream";
 import { backoffMs, retryEligible } from "../egress/retry.ts";
-import { DirectConnectError, EgressRefusal, HANDSHAKE_SIGNAL } from "../egress/agents.ts";
+import {
+  CONNECT_MS,
+  DirectConnectError,
+  EgressRefusal,
+  HANDSHAKE_SIGNAL,
+} from "../egress/agents.ts";
 import { type Egress, instanceDown, type Way } from "../egress/egress.ts";
 import { SocksError } from "../egress/socks5.ts";
+import { UPSTREAM_TLS, UpstreamTlsError } from "../egress/upstream_tls.ts";
 import type { RequestContext } from "../request/context.ts";
 import type { Reply } from "../request/reply.ts";
 import type { ProxyAction } from "./actions.ts";
@@ -184,11 +192,13 @@ export async function forwardRequest(
 ): Promise<Reply> {
   const { egress } = services;
   let tried: Set<number> | undefined;
+  /** Backends this request found failing: the next attempt goes to another while one is left. */
+  let failed: Set<string> | undefined;
   context.timeoutKind = "upstream_timeout";
   egress.budget.request();
 
   for (let number = 1;; number++) {
-    const backend = egress.chooseBackend(forward.action.backends);
+    const backend = egress.chooseBackend(untried(forward.action.backends, failed));
     // The tenant picks the agent: with isolation, its own credentials and kept-alive connections.
     const way = backend ? egress.way(backend, tried, forward.action.tenant) : undefined;
     if (!backend || !way) {
@@ -216,6 +226,7 @@ export async function forwardRequest(
       if (record) record.upstreamMs += services.clock() - started;
       trace?.failed((error as AttemptFailure).kind ?? "error");
       if (!(error instanceof AttemptFailure)) throw error;
+      if (error.backendOk === false) (failed ??= new Set()).add(backend.key);
       if (!tryAgain(context, forward, services, { attempt, error })) {
         const failure = new GatewayError(error.kind, { cause: error.cause });
         throw fail(services, context, {
@@ -228,6 +239,13 @@ export async function forwardRequest(
       if (wait > 0) await sleep(wait, context);
     }
   }
+}
+
+/** The backends not in `failed`, or all of them when none is left. */
+function untried(backends: readonly Backend[], failed: ReadonlySet<string> | undefined) {
+  if (!failed) return backends;
+  const left = backends.filter((backend) => !failed.has(backend.key));
+  return left.length > 0 ? left : backends;
 }
 
 /**
@@ -374,6 +392,8 @@ class AttemptExchange {
   #settled = false;
   #stopBody?: () => void;
   #stopWaiting = () => {};
+  /** True for an `https://` backend. */
+  readonly #tls: boolean;
 
   constructor(
     context: RequestContext,
@@ -385,6 +405,7 @@ class AttemptExchange {
     this.#forward = forward;
     this.#settle = settle;
     const { backend, way, headers } = attempt;
+    this.#tls = backend.tls !== undefined;
     this.#upstream = http.request({
       host: backend.hostname,
       port: backend.port,
@@ -394,6 +415,8 @@ class AttemptExchange {
       agent: way.agent,
       setHost: false,
       [HANDSHAKE_SIGNAL]: this.#handshake.signal,
+      [UPSTREAM_TLS]: backend.tls,
+      [CONNECT_MS]: forward.action.connectMs,
     } as http.RequestOptions);
     refuseTransparentRetry(this.#upstream);
   }
@@ -413,7 +436,8 @@ class AttemptExchange {
       });
     }
     upstream.once("error", (error) => {
-      this.#done(classify(error, this.#connected(), this.#bodyTaken, this.#sentBytes()));
+      const failure = classify(error, this.#connected(), this.#bodyTaken, this.#sentBytes());
+      this.#done(this.#tls ? tlsAlert(failure) : failure);
     });
   }
 
@@ -431,9 +455,39 @@ class AttemptExchange {
   #gotSocket(given: Duplex & { bytesWritten?: number; connecting?: boolean }): void {
     this.#socket = given;
     this.#before = given.bytesWritten ?? 0;
-    if (!this.#forward.hasBody) return;
-    if (given.connecting) given.once("connect", () => this.#startBody());
-    else this.#startBody();
+    const ready = () => {
+      this.#awaitFirstByte();
+      if (this.#forward.hasBody) this.#startBody();
+    };
+    if (given.connecting) given.once("connect", ready);
+    else ready();
+  }
+
+  /**
+   * The route's `first_byte_ms`: from the connection being ready (the head goes out at once) to
+   * the response head. A backend slower than that fails this attempt as a timeout, charged to the
+   * backend, leaving the rest of the deadline to the next attempt (for a request that may be sent
+   * again).
+   */
+  #awaitFirstByte(): void {
+    const limit = this.#forward.action.firstByteMs;
+    if (limit === undefined || this.#settled) return;
+    const timer = setTimeout(() => {
+      this.#done(
+        new AttemptFailure(
+          "upstream_timeout",
+          new Error(`No response head within first_byte_ms (${limit} ms)`),
+          {
+            instanceOk: true,
+            backendOk: false,
+            sentBytes: Math.max(1, this.#sentBytes()),
+            bodyTaken: this.#bodyTaken,
+          },
+        ),
+      );
+    }, limit);
+    const stop = () => clearTimeout(timer);
+    this.#upstream.once("response", stop).once("upgrade", stop).once("close", stop);
   }
 
   /** Pumps the request body inside the frame the gateway wrote (forward_body.ts). */
@@ -549,6 +603,11 @@ function classify(
       instanceDown: instanceDown(error),
     });
   }
+  if (error instanceof UpstreamTlsError) {
+    // The tunnel or connection worked; the backend's certificate (or its demand for ours) did not.
+    const blame = { instanceOk: true, backendOk: false, sentBytes, bodyTaken };
+    return new AttemptFailure("upstream_tls", error, blame);
+  }
   if (error instanceof DirectConnectError) {
     const kind: FailureKind = error.kind === "timeout"
       ? "upstream_timeout"
@@ -565,6 +624,24 @@ function classify(
     backendOk: connected ? false : undefined,
     sentBytes,
     bodyTaken,
+  });
+}
+
+/**
+ * An `https://` backend's refusal that arrives after the client's side of the handshake — under TLS
+ * 1.3 a server's verdict on the client certificate comes as an alert on the first read — is still
+ * the backend's TLS, not a broken exchange: `upstream_tls`, the backend charged. Bytes were
+ * written, so the usual rule for a sent request still decides any retry.
+ */
+function tlsAlert(failure: AttemptFailure): AttemptFailure {
+  const cause = failure.cause;
+  if (failure.kind !== "upstream_failed" || !(cause instanceof Error)) return failure;
+  if (!/fatal alert|certificate/i.test(cause.message)) return failure;
+  return new AttemptFailure("upstream_tls", cause, {
+    instanceOk: true,
+    backendOk: false,
+    sentBytes: failure.sentBytes,
+    bodyTaken: failure.bodyTaken,
   });
 }
 

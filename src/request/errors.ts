@@ -35,6 +35,7 @@ export type FailureKind =
   | "maintenance"
   | "upstream_unreachable"
   | "upstream_failed"
+  | "upstream_tls"
   | "upstream_timeout"
   | "internal_error"
   | "admin_not_implemented"
@@ -137,6 +138,11 @@ const KINDS: Record<FailureKind, KindInfo> = {
     status: 502,
     source: "upstream",
     message: "The upstream broke off the exchange",
+  },
+  upstream_tls: {
+    status: 502,
+    source: "upstream",
+    message: "The upstream could not be reached securely",
   },
   upstream_timeout: {
     status: 504,
