@@ -57,6 +57,13 @@ Deno.test("proxy retry: a POST that reached no upstream fails over without retry
     assert.equal(egress.instances[0].requests, 1);
     assert.equal(egress.instances[0].state, "open", "a refused connect opens the breaker at once");
     assert.equal(egress.instances[1].requests, 1);
+    // The client never saw the failed attempt; the operator's log does, at info.
+    const absorbed = p.t.lines.filter((line) => line.includes(": info: request "));
+    assert.equal(absorbed.length, 1, p.t.lines.join("\n"));
+    assert.match(
+      absorbed[0],
+      /attempt 1 via .* upstream_unreachable .*nothing was sent; trying again/,
+    );
     await balancedLedger(p.t);
   });
 });

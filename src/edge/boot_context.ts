@@ -58,7 +58,9 @@ export function bootContext(plan: EdgePlan<EdgeServices>, options: EdgeOptions):
 function levelled(level: LogLevel): (line: string) => void {
   const write = diagnostics(level);
   return (line) => {
-    if (line.includes(" warning: ")) write.warn(line);
+    // "info:" marks a line that names a failure it recovered from (a retry absorbed it).
+    if (line.includes(" info: ")) write.info(line);
+    else if (line.includes(" warning: ")) write.warn(line);
     else if (/\b(failed|refused|rejected|cannot|error)\b/i.test(line)) write.error(line);
     else write.info(line);
   };

@@ -235,6 +235,7 @@ export async function forwardRequest(
           sentBytes: error.sentBytes,
         });
       }
+      absorbed(services, context, { attempt, error });
       const wait = backoffMs(number, egress.settings.backoff, () => egress.random());
       if (wait > 0) await sleep(wait, context);
     }
@@ -308,6 +309,25 @@ function tryAgain(
   return (error.unsent || forward.eligible) && replayable && !deniedByDeno(error.cause) &&
     attempt.number < forward.action.attempts &&
     !context.aborted && egress.tryRetry();
+}
+
+/**
+ * Logs, at info, a failed attempt a retry will absorb: the client never sees it, but an operator
+ * reading why a backend went cold or a breaker opened must.
+ */
+function absorbed(
+  services: UpstreamServices,
+  context: RequestContext,
+  failed: { attempt: Attempt; error: AttemptFailure },
+): void {
+  const { attempt, error } = failed;
+  const cause = error.cause instanceof Error ? describeCause(error.cause) : "";
+  const sent = error.unsent ? "nothing was sent" : `${error.sentBytes} request bytes were sent`;
+  services.log(
+    `portcullis: info: request ${context.requestId}: attempt ${attempt.number} via ` +
+      `${attempt.way.label} to ${attempt.backend.authority}: ${error.kind} (${cause}); ${sent}; ` +
+      "trying again",
+  );
 }
 
 /** Logs why the upstream phase gave up, and returns the failure to throw. */
