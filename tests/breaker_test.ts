@@ -31,8 +31,8 @@ Deno.test("Breaker.record() opens exactly at the 10th sample when half of them f
   assert.equal(breaker.state(200), "open");
   assert.deepEqual(breaker.snapshot(200), {
     state: "open",
-    samples: 0,
-    failures: 0,
+    samples: 10,
+    failures: 5,
     opened_at: 200,
     opens: 1,
     retry_in_ms: PROBE,
@@ -126,8 +126,8 @@ Deno.test("Breaker.record() re-opens from the trial's end on a trial failure", (
   const reopened = PROBE + 700;
   assert.deepEqual(breaker.snapshot(reopened), {
     state: "open",
-    samples: 0,
-    failures: 0,
+    samples: 11,
+    failures: 11,
     opened_at: reopened,
     opens: 2,
     retry_in_ms: PROBE,
@@ -142,7 +142,7 @@ Deno.test("Breaker.record() ignores pass outcomes that finish after the breaker 
   feed(breaker, "x".repeat(10), 0);
   breaker.record(true, false, 10, generation); // admitted before the open
   breaker.record(false, false, 20);
-  assert.deepEqual([breaker.snapshot(20).samples, breaker.snapshot(20).opens], [0, 1]);
+  assert.deepEqual([breaker.snapshot(20).samples, breaker.snapshot(20).opens], [10, 1]);
   assert.equal(breaker.acquire(PROBE), "trial");
   breaker.record(true, true, PROBE);
   breaker.record(false, false, PROBE + 1, generation); // stale: admitted in the first period

@@ -70,7 +70,7 @@ boundedTest(
       const before = await egressOf(served);
 
       live.delete(ports[0]);
-      const open = await waitFor(() => egressOf(served), (e) => e.instances[0].state !== "closed");
+      const open = await waitFor(() => egressOf(served), (e) => e.instances[0].state !== "healthy");
       assert.equal(open.instances[0].requests, before.instances[0].requests, "no request found it");
       for (let i = 0; i < 6; i++) {
         assert.equal((await getHost(served, "shop.test", `/y${i}`))[0], 200);

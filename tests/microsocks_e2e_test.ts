@@ -172,7 +172,7 @@ peerTest(
         assert.equal(reading.instances.length, 1);
         const [instance] = reading.instances;
         assert.equal(instance.address, `127.0.0.1:${socks.port}`);
-        assert.equal(instance.state, "closed");
+        assert.equal(instance.state, "healthy");
         assert.equal(instance.requests, 3);
         assert.equal(instance.failures, 0);
         assert.equal(instance.opens, 0);

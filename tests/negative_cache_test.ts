@@ -34,13 +34,16 @@ Deno.test("NegativeCache.failure() makes a backend cold at the threshold, not be
   cache.failure("a");
   cache.failure("a");
   assert.equal(cache.isCold("a"), false);
-  assert.deepEqual(cache.snapshot(), [{ backend: "a", consecutive_failures: 2, cold_for_ms: 0 }]);
+  assert.deepEqual(cache.snapshot(), [
+    { backend: "a", state: "healthy", consecutive_failures: 2, cold_for_ms: 0 },
+  ]);
   cache.failure("a");
   assert.equal(cache.isCold("a"), true);
   assert.equal(cache.isCold("b"), false);
   assert.deepEqual(cache.snapshot(), [{
     backend: "a",
-    consecutive_failures: 0,
+    state: "cold",
+    consecutive_failures: 3,
     cold_for_ms: 5000,
   }]);
 });
@@ -52,7 +55,9 @@ Deno.test("NegativeCache.isCold() ends at the TTL, and the backend starts over",
   cache.failure("a");
   time.now = 4999;
   assert.equal(cache.isCold("a"), true);
-  assert.deepEqual(cache.snapshot(), [{ backend: "a", consecutive_failures: 0, cold_for_ms: 1 }]);
+  assert.deepEqual(cache.snapshot(), [
+    { backend: "a", state: "cold", consecutive_failures: 3, cold_for_ms: 1 },
+  ]);
   time.now = 5000;
   assert.equal(cache.isCold("a"), false);
   assert.deepEqual(cache.snapshot(), [], "an expired entry with no failure since is dropped");
@@ -90,8 +95,8 @@ Deno.test("NegativeCache.snapshot() lists failing backends in first-failure orde
   cache.failure("a");
   time.now = 1500;
   assert.deepEqual(cache.snapshot(), [
-    { backend: "b", consecutive_failures: 1, cold_for_ms: 0 },
-    { backend: "a", consecutive_failures: 0, cold_for_ms: 3500 },
+    { backend: "b", state: "healthy", consecutive_failures: 1, cold_for_ms: 0 },
+    { backend: "a", state: "cold", consecutive_failures: 2, cold_for_ms: 3500 },
   ]);
 });
 

@@ -151,14 +151,14 @@ Deno.test("InstancePool: a due half-open trial is the gateway's probe, never a c
     assert.notEqual(pick.index, 1, "a client request is never the trial");
     pool.finish(pick, true, 10);
   }
-  assert.equal(pool.snapshot()[1].state, "half_open", "due, untaken");
+  assert.equal(pool.snapshot()[1].state, "trial", "due, untaken");
   assert.equal(pool.beginProbe(1), true);
   assert.equal(pool.beginProbe(1), false, "one probe at a time");
   assert.deepEqual(pool.dueProbes(), [], "in flight: not due again");
   assert.equal(pool.pick(new Set([0, 2]))!.index !== 1, true, "still not for clients");
   time.now = PROBE + 40;
   pool.endProbe(1, true);
-  assert.equal(pool.snapshot()[1].state, "closed");
+  assert.equal(pool.snapshot()[1].state, "healthy");
   assert.equal(pool.pick(new Set([0, 2]))!.index, 1, "closed: chosen again");
 });
 
@@ -183,7 +183,7 @@ Deno.test("InstancePool: an instance that cannot be connected to is tripped at o
   assert.equal(pool.snapshot()[0].state, "open", "one refused connect, not a window of them");
   for (let k = 0; k < 4; k++) assert.notEqual(pool.pick()!.index, 0);
   pool.observe(1, false);
-  assert.equal(pool.snapshot()[1].state, "closed", "an ordinary failure fills the window");
+  assert.equal(pool.snapshot()[1].state, "healthy", "an ordinary failure fills the window");
   pool.observe(1, false, true);
   assert.equal(pool.snapshot()[1].state, "open", "another worker saw it down");
   const opens = pool.snapshot()[1].opens;
@@ -236,10 +236,12 @@ Deno.test("InstancePool.snapshot() reports every instance's state and counters",
   assert.deepEqual(pool.snapshot(), [
     {
       address: "127.0.0.1:9050",
-      state: "closed",
+      state: "healthy",
       active: 0,
       latency_ms: 240,
-      error_rate: 1 / 3,
+      failure_ratio: 1 / 3,
+      window: { failures: 1, samples: 3 },
+      consecutive_failures: 1,
       requests: 3,
       failures: 1,
       score: 240 / 100 + 10 * (1 / 3),
@@ -251,19 +253,23 @@ Deno.test("InstancePool.snapshot() reports every instance's state and counters",
       state: "open",
       active: 0,
       latency_ms: 0,
-      error_rate: 0,
+      failure_ratio: 1,
+      window: { failures: 2, samples: 2 },
+      consecutive_failures: 2,
       requests: 2,
       failures: 2,
-      score: 0,
+      score: 10,
       retry_in_ms: 700,
       opens: 1,
     },
     {
       address: "127.0.0.1:9052",
-      state: "closed",
+      state: "healthy",
       active: 1,
       latency_ms: 0,
-      error_rate: 0,
+      failure_ratio: 0,
+      window: { failures: 0, samples: 0 },
+      consecutive_failures: 0,
       requests: 0,
       failures: 0,
       score: 2,

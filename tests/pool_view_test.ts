@@ -22,7 +22,7 @@ Deno.test("Egress.view.apply() trips the ports the pool does not list and seeds 
   try {
     assert.deepEqual(egress.view.apply([{ port: 19050, latencyMs: 300 }]), [1]);
     const [listed, missing] = egress.snapshot().instances;
-    assert.equal(listed.state, "closed");
+    assert.equal(listed.state, "healthy");
     assert.equal(listed.score, 3, "2·0 + 300/100 + 10·0");
     assert.equal(missing.state, "open");
     assert.equal(missing.requests, 0, "no request was spent finding it");

@@ -155,11 +155,11 @@ Deno.test("proxy: onion reply 0xf0 on every instance charges the backend and ope
     }
     const egress = await p.egress();
     assert.deepEqual(egress.cold_backends, [
-      { backend: key, consecutive_failures: 4, cold_for_ms: 0 },
+      { backend: key, state: "healthy", consecutive_failures: 4, cold_for_ms: 0 },
     ]);
     assert.deepEqual(egress.instances.map((i) => [i.state, i.failures, i.opens]), [
-      ["closed", 0, 0],
-      ["closed", 0, 0],
+      ["healthy", 0, 0],
+      ["healthy", 0, 0],
     ]);
     assert.equal(egress.instances[0].requests + egress.instances[1].requests, 4);
     assert.equal(p.socks[0].connects.length + p.socks[1].connects.length, 4);

@@ -103,7 +103,7 @@ boundedTest(
       // The pool's view opens the breaker: no client request was spent finding the death.
       const open = await waitFor("instance 0's breaker open", async () => {
         const view = await egressOf(edge!);
-        return view.instances[0].state !== "closed" && view;
+        return view.instances[0].state !== "healthy" && view;
       }, 10_000);
       assert.equal(open.instances[0].requests, before.requests, JSON.stringify(open.instances[0]));
       assert.equal(open.instances[0].failures, before.failures);
@@ -118,7 +118,7 @@ boundedTest(
           await get("/echo?back=1");
           const view = await egressOf(edge!);
           last = view;
-          return view.instances[0].state === "closed";
+          return view.instances[0].state === "healthy";
         },
         10_000,
         () => last,

@@ -50,7 +50,10 @@ export class Lifecycle {
     this.#boot = boot;
     const memory = worker && LedgerMemory.attach(worker.ledger, worker.index);
     this.ledger = new Ledger(plan.profile, { clock, memory });
-    this.egress = new Egress(egressSettings(plan.config.egress), clock, options.random);
+    this.egress = new Egress(egressSettings(plan.config.egress), clock, {
+      random: options.random,
+      log: boot.log,
+    });
     // Only an isolate that carries public traffic reads the pool's view: worker 0 of a multi-worker
     // edge serves the protected lanes, and a breaker there would never see the probe that closes it.
     if (!worker || worker.index > 0) {

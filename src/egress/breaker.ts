@@ -4,6 +4,12 @@
  * `failureRatio`; open, it refuses until one probe interval has passed and then admits exactly one
  * trial request, whose outcome closes it (with an empty window) or opens it again from that time.
  *
+ * An open breaker keeps the window that opened it, and a failed trial or refused connect is added
+ * to it: `/v1/egress` showed `error_rate: 0` for an open instance with 13 failures because opening
+ * used to clear the window, so the one number an operator reads during an outage said "no errors".
+ * Only a trial success clears it. Each change of state is reported once, to `onTransition`, with
+ * the counts as they stood when it was decided (the pool turns it into one log line).
+ *
  * Outcomes carry the breaker's {@link Breaker.generation} from when the request was admitted, so a
  * slow request admitted before the breaker opened cannot count against the next closed period: a
  * "pass" outcome that finishes after the breaker opened is ignored, as is a trial outcome when no
@@ -25,10 +31,74 @@ export interface BreakerOptions {
   readonly failureRatio?: number;
   /** How long an open breaker refuses before it admits one trial (ms). */
   readonly probeIntervalMs: number;
+  /** Told of every change of state, once, when this breaker decides it. */
+  readonly onTransition?: (transition: BreakerTransition) => void;
 }
 
 /** What the breaker lets through: everything, one trial, or nothing. */
 export type BreakerState = "closed" | "open" | "half_open";
+
+/** The states as `/v1/egress` and the log name them: closed is "healthy", half-open is "trial". */
+export type PlainState = "healthy" | "open" | "trial";
+
+/** The operator's name of a breaker state. */
+export function plainState(state: BreakerState): PlainState {
+  return state === "closed" ? "healthy" : state === "half_open" ? "trial" : "open";
+}
+
+/**
+ * Why a breaker changed state: the window's failure share reached the ratio; a connect was
+ * refused ("unreachable"); a supervised pool does not list the instance ("pool_view"); the probe
+ * interval passed and the trial was taken ("probe_due"); the trial succeeded or failed.
+ */
+export type TransitionReason =
+  | "failure_ratio"
+  | "unreachable"
+  | "pool_view"
+  | "probe_due"
+  | "probe_ok"
+  | "probe_failed";
+
+/** One change of state, with the counts that decided it (before a close clears the window). */
+export interface BreakerTransition {
+  readonly from: BreakerState;
+  readonly to: BreakerState;
+  readonly reason: TransitionReason;
+  /** Failures and outcomes in the window. */
+  readonly failures: number;
+  readonly samples: number;
+  /** Failed outcomes (requests, refused connects, trials) since the last success. */
+  readonly consecutiveFailures: number;
+  /** Milliseconds since the breaker first opened in this outage; 0 when it was closed. */
+  readonly openForMs: number;
+  /** Milliseconds until the next trial; 0 unless it is now open. */
+  readonly nextProbeInMs: number;
+}
+
+/**
+ * One log line for a transition of the breaker of `instance` (its SOCKS address). Openings are
+ * warnings; a line that does not open says no "failed", so the log's level filter keeps it at info.
+ *
+ * @example
+ * ```ts
+ * import { transitionLine } from "./breaker.ts";
+ * const line = transitionLine("127.0.0.1:9050", {
+ *   from: "closed", to: "open", reason: "failure_ratio", failures: 13, samples: 20,
+ *   consecutiveFailures: 4, openForMs: 0, nextProbeInMs: 30000,
+ * });
+ * if (!line.startsWith("portcullis: warning: egress: instance 127.0.0.1:9050 breaker healthy -> open")) {
+ *   throw new Error(line);
+ * }
+ * ```
+ */
+export function transitionLine(instance: string, t: BreakerTransition): string {
+  const opening = t.to === "open";
+  const open = t.from === "closed" ? "" : `; open ${Math.round(t.openForMs)} ms`;
+  const next = opening ? `; next probe in ${Math.round(t.nextProbeInMs)} ms` : "";
+  return `portcullis: ${opening ? "warning: " : ""}egress: instance ${instance} breaker ` +
+    `${plainState(t.from)} -> ${plainState(t.to)} (${t.reason}): ${t.failures} failures in ` +
+    `${t.samples} samples, ${t.consecutiveFailures} consecutive${open}${next}`;
+}
 
 /** The answer to {@link Breaker.acquire}. */
 export type BreakerAdmission = "pass" | "trial" | "refuse";
@@ -71,6 +141,7 @@ export class Breaker {
   readonly #minSamples: number;
   readonly #failureRatio: number;
   readonly #probeIntervalMs: number;
+  readonly #onTransition?: (transition: BreakerTransition) => void;
   /** 1 = failure, 0 = success; slots [0, samples) are valid until the ring first wraps. */
   readonly #ring: Uint8Array;
   #next = 0;
@@ -79,6 +150,9 @@ export class Breaker {
   #openedAt: number | null = null;
   #opens = 0;
   #trialSince: number | null = null;
+  /** When it first opened in this outage (a failed trial does not restart it); null while closed. */
+  #downSince: number | null = null;
+  #consecutive = 0;
 
   /**
    * @param options window, thresholds and probe interval
@@ -110,11 +184,26 @@ export class Breaker {
     this.#failureRatio = failureRatio;
     this.#probeIntervalMs = options.probeIntervalMs;
     this.#ring = new Uint8Array(window);
+    this.#onTransition = options.onTransition;
   }
 
   /** Changes each time the breaker opens; pass it back to {@link record} to drop stale outcomes. */
   get generation(): number {
     return this.#opens;
+  }
+
+  /** Failed outcomes (requests, refused connects, trials) since the last success. */
+  get consecutiveFailures(): number {
+    return this.#consecutive;
+  }
+
+  /**
+   * When the next trial may be taken: the end of the probe interval, or, with a trial in flight,
+   * when it will be presumed lost; undefined while closed.
+   */
+  nextTrialAt(): number | undefined {
+    if (this.#openedAt === null) return undefined;
+    return (this.#trialSince ?? this.#openedAt) + this.#probeIntervalMs;
   }
 
   /** The state at `now`: an open breaker whose probe interval has passed reads "half_open". */
@@ -138,16 +227,20 @@ export class Breaker {
    */
   acquire(now: number): BreakerAdmission {
     const answer = this.peek(now);
-    if (answer === "trial") this.#trialSince = now;
+    if (answer !== "trial") return answer;
+    // A trial taken again because the last one was presumed lost is no new transition.
+    const first = this.#trialSince === null;
+    this.#trialSince = now;
+    if (first) this.#report("open", "half_open", "probe_due", now);
     return answer;
   }
 
   /**
    * Records the outcome of a request that acquired "pass" or "trial".
    *
-   * Closed: the outcome enters the rolling window, and the breaker opens (window cleared) once
+   * Closed: the outcome enters the rolling window, and the breaker opens (keeping the window) once
    * samples ≥ minSamples and failures / samples ≥ failureRatio. A trial success closes the breaker
-   * with an empty window; a trial failure opens it again from `now`. A "pass" outcome arriving
+   * with an empty window; a trial failure enters the window and opens it again from `now`. A "pass" outcome arriving
    * while the breaker is not closed, or whose `generation` is not the current one, is ignored, as
    * is a trial outcome with no trial in flight.
    *
@@ -161,23 +254,29 @@ export class Breaker {
     if (wasTrial) {
       if (this.#trialSince === null) return;
       this.#trialSince = null;
-      if (ok) this.#openedAt = null;
-      else this.#open(now);
+      if (ok) this.#close(now);
+      else {
+        this.#push(1);
+        this.#open(now, "probe_failed");
+      }
       return;
     }
     if (this.#openedAt !== null) return;
     this.#push(ok ? 0 : 1);
     if (this.#samples >= this.#minSamples && this.#failures / this.#samples >= this.#failureRatio) {
-      this.#open(now);
+      this.#open(now, "failure_ratio");
     }
   }
 
   /**
-   * Opens a closed breaker at once (the instance could not be connected to); an open or
-   * half-open one is left as it is.
+   * Opens a closed breaker at once; an open or half-open one is left as it is. "unreachable" (a
+   * connect was refused) is a failed outcome and enters the window; "pool_view" (the supervising
+   * pool does not list the instance) is no outcome of this edge's and does not.
    */
-  trip(now: number): void {
-    if (this.#openedAt === null) this.#open(now);
+  trip(now: number, reason: "unreachable" | "pool_view" = "unreachable"): void {
+    if (this.#openedAt !== null) return;
+    if (reason === "unreachable") this.#push(1);
+    this.#open(now, reason);
   }
 
   /** Counters for reporting at `now`. */
@@ -206,14 +305,40 @@ export class Breaker {
     this.#ring[this.#next] = failed;
     this.#failures += failed;
     this.#next = (this.#next + 1) % this.#window;
+    this.#consecutive = failed ? this.#consecutive + 1 : 0;
   }
 
-  /** Opens from `now` with an empty window. */
-  #open(now: number): void {
+  /** Opens (again) from `now`, keeping the window: it is what an operator reads during the outage. */
+  #open(now: number, reason: TransitionReason): void {
+    const from: BreakerState = this.#openedAt === null ? "closed" : "half_open";
     this.#openedAt = now;
+    this.#downSince ??= now;
     this.#opens++;
+    this.#report(from, "open", reason, now);
+  }
+
+  /** Closes on a trial success, reporting the window that stood until now, then clearing it. */
+  #close(now: number): void {
+    this.#openedAt = null;
+    this.#report("half_open", "closed", "probe_ok", now);
+    this.#downSince = null;
+    this.#consecutive = 0;
     this.#samples = 0;
     this.#failures = 0;
     this.#next = 0;
+  }
+
+  #report(from: BreakerState, to: BreakerState, reason: TransitionReason, now: number): void {
+    if (!this.#onTransition) return;
+    this.#onTransition({
+      from,
+      to,
+      reason,
+      failures: this.#failures,
+      samples: this.#samples,
+      consecutiveFailures: this.#consecutive,
+      openForMs: this.#downSince === null ? 0 : now - this.#downSince,
+      nextProbeInMs: to === "open" ? this.#probeIntervalMs : 0,
+    });
   }
 }

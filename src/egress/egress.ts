@@ -21,7 +21,7 @@ import { PoolView } from "./pool_view.ts";
 import { SocksError } from "./socks5.ts";
 import { type SocksEntry, SocksWays } from "./socks_ways.ts";
 import type { TlsTransportSettings } from "./transport.ts";
-import type { BreakerOptions } from "./breaker.ts";
+import { type BreakerOptions, transitionLine } from "./breaker.ts";
 import { IdleWatch } from "./idle_watch.ts";
 import { NegativeCache, pickBackend } from "./negative_cache.ts";
 import { InstancePool, type Pick } from "./pool.ts";
@@ -44,6 +44,14 @@ export interface EgressSettings extends AgentSettings {
   readonly negativeCache: { readonly failures: number; readonly ttlMs: number };
   readonly retryBudget: RetryBudgetOptions;
   readonly backoff: { readonly baseMs: number; readonly capMs: number };
+}
+
+/** What the egress is given besides its config. */
+export interface EgressOptions {
+  /** Uniform in [0, 1) (backend weights, backoff jitter); default Math.random. */
+  readonly random?: () => number;
+  /** Where breaker and negative-cache transitions are logged, one line each; default nowhere. */
+  readonly log?: (line: string) => void;
 }
 
 /** One attempt's way out. */
@@ -78,18 +86,31 @@ export class Egress {
   #probes = 0;
   #failedProbes = 0;
   #tunnels = 0;
+  readonly #log: (line: string) => void;
+  /** The timer of the next proactive probe, and the clock time it is set for. */
+  #probeTimer?: number;
+  #probeTimerAt = Infinity;
+  #closed = false;
   /** Outcomes not yet shared with the other request workers (undefined: not sharing). */
   #outbox?: OutcomeBatch;
 
   /**
    * @param settings the egress config
    * @param clock milliseconds, monotonic (breakers, cache, budget)
-   * @param random uniform in [0, 1) (backend weights, backoff jitter)
+   * @param options random source and log (a bare function is the random source, as before)
    * @throws {Error} when the transport's certificate, key or CA cannot be read
    */
-  constructor(settings: EgressSettings, clock: () => number, random: () => number = Math.random) {
+  constructor(
+    settings: EgressSettings,
+    clock: () => number,
+    options: EgressOptions | (() => number) = {},
+  ) {
+    const { random = Math.random, log = () => {} } = typeof options === "function"
+      ? { random: options }
+      : options;
     this.settings = settings;
-    this.cache = new NegativeCache(settings.negativeCache, clock);
+    this.#log = log;
+    this.cache = new NegativeCache({ ...settings.negativeCache, log }, clock);
     this.budget = new RetryBudget(settings.retryBudget, clock);
 
     this.#direct = new Set(settings.direct.map((target) => target.toLowerCase()));
@@ -102,7 +123,15 @@ export class Egress {
       transport: settings.transport,
       isolateTenants: settings.isolateTenants === true,
     });
-    this.pool = new InstancePool(this.#ways.labels, { breaker: settings.breaker, clock });
+    const labels = this.#ways.labels;
+    this.pool = new InstancePool(labels, {
+      breaker: settings.breaker,
+      clock,
+      onTransition: (index, transition) => {
+        this.#log(transitionLine(labels[index], transition));
+        if (transition.to === "open") this.#scheduleProbes();
+      },
+    });
     // A pool's view is read as often as an open breaker may try its instance again.
     this.view = new PoolView(settings.socks, this.pool, settings.breaker.probeIntervalMs);
     const ways = this.#ways;
@@ -172,8 +201,36 @@ export class Egress {
         .then((ok) => {
           if (!ok) this.#failedProbes++;
           this.pool.endProbe(index, ok);
+          this.#scheduleProbes();
         });
     }
+    this.#scheduleProbes();
+  }
+
+  /**
+   * Arms one timer for the earliest due probe, so an open instance is probed when its interval
+   * ends whether or not requests arrive: after an outage (every breaker open, or an isolate such
+   * as worker 0 that carries no public traffic) the first instance that answers serves again
+   * within one probe interval. The timer exists only while some breaker is open, and waits at
+   * least {@link MIN_PROBE_DELAY_MS} so a tiny interval cannot spin.
+   */
+  #scheduleProbes(): void {
+    const at = this.pool.nextProbeAt();
+    if (this.#closed || at === undefined || at < this.#probeTimerAt) {
+      clearTimeout(this.#probeTimer);
+      this.#probeTimer = undefined;
+      this.#probeTimerAt = Infinity;
+    }
+    if (this.#closed || at === undefined || this.#probeTimer !== undefined) return;
+    this.#probeTimerAt = at;
+    // Deno's timers are numbers (node's types say Timeout); unref: it must not keep a process up.
+    const timer = setTimeout(() => {
+      this.#probeTimer = undefined;
+      this.#probeTimerAt = Infinity;
+      this.#startProbes();
+    }, Math.max(MIN_PROBE_DELAY_MS, at - this.#clock())) as unknown as number;
+    Deno.unrefTimer(timer);
+    this.#probeTimer = timer;
   }
 
   /**
@@ -331,6 +388,7 @@ export class Egress {
       instances: this.pool.snapshot(),
       direct: [...this.#direct],
       cold_backends: this.cache.snapshot(),
+      probe_interval_ms: this.settings.breaker.probeIntervalMs,
       retries: this.#retries,
       retry_budget_refusals: this.#budgetRefusals,
       probes: this.#probes,
@@ -341,12 +399,17 @@ export class Egress {
 
   /** Closes every pooled upstream connection. */
   close(): void {
+    this.#closed = true;
+    this.#scheduleProbes();
     this.view.stop();
     this.idle.stop();
     this.#directAgent.destroy();
     this.#ways.destroy();
   }
 }
+
+/** The shortest wait of the proactive probe timer (ms), whatever the probe interval. */
+const MIN_PROBE_DELAY_MS = 10;
 
 /** An instance outcome meaning "could not be connected to at all": trip its breaker. */
 const DOWN = 2;
@@ -386,7 +449,10 @@ export interface UpstreamSockets {
 export interface EgressSnapshot {
   readonly instances: ReturnType<InstancePool["snapshot"]>;
   readonly direct: readonly string[];
+  /** Backends with a failure run ("healthy") or a cold period ("cold"). */
   readonly cold_backends: ReturnType<NegativeCache["snapshot"]>;
+  /** How long an open breaker waits before its probe. */
+  readonly probe_interval_ms: number;
   readonly retries: number;
   readonly retry_budget_refusals: number;
   /** Half-open trials the gateway ran (SOCKS greetings), and how many failed. */

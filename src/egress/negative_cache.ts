@@ -7,6 +7,11 @@
  * dropped when next read. When a cold period ends the backend starts over: it takes another
  * `failures` consecutive failures to make it cold again.
  *
+ * Each change is logged once, in the isolate that decides it: `healthy -> cold` at the threshold,
+ * and `cold -> healthy` at the first success since, or when the cold period is found over (the
+ * backend is tried again). The snapshot's `consecutive_failures` is the whole run since the last
+ * success, so a cold backend does not read 0.
+ *
  * @module
  */
 
@@ -16,19 +21,29 @@ export interface NegativeCacheOptions {
   readonly failures?: number;
   /** How long a backend stays cold (ms). */
   readonly ttlMs: number;
+  /** Where the `healthy -> cold` and `cold -> healthy` lines go; default nowhere. */
+  readonly log?: (line: string) => void;
 }
 
 /** One backend as {@link NegativeCache.snapshot} reports it. */
 export interface NegativeCacheEntry {
   backend: string;
+  /** "cold" while it is left out of the choice; "healthy" with a failure run below the threshold. */
+  state: "healthy" | "cold";
+  /** Failures in a row since its last success. */
   consecutive_failures: number;
   /** Milliseconds it stays cold; 0 when it is not cold. */
   cold_for_ms: number;
 }
 
 interface Entry {
+  /** Failures toward the threshold (reset when it goes cold). */
   consecutive: number;
+  /** Failures since the last success. */
+  run: number;
   coldUntil: number;
+  /** The cold line was logged and its `cold -> healthy` was not yet. */
+  cold: boolean;
 }
 
 /**
@@ -50,6 +65,7 @@ export class NegativeCache {
   readonly #threshold: number;
   readonly #ttlMs: number;
   readonly #clock: () => number;
+  readonly #log: (line: string) => void;
   readonly #entries = new Map<string, Entry>();
 
   /**
@@ -70,13 +86,16 @@ export class NegativeCache {
     this.#threshold = failures;
     this.#ttlMs = options.ttlMs;
     this.#clock = clock;
+    this.#log = options.log ?? (() => {});
   }
 
   /** True while `key` is cold. */
   isCold(key: string): boolean {
     const entry = this.#entries.get(key);
     if (entry === undefined) return false;
-    if (entry.coldUntil > this.#clock()) return true;
+    const now = this.#clock();
+    if (entry.coldUntil > now) return true;
+    this.#warmed(key, entry, now);
     if (entry.consecutive === 0) this.#entries.delete(key);
     return false;
   }
@@ -85,18 +104,36 @@ export class NegativeCache {
   failure(key: string): void {
     let entry = this.#entries.get(key);
     if (entry === undefined) {
-      entry = { consecutive: 0, coldUntil: -Infinity };
+      entry = { consecutive: 0, run: 0, coldUntil: -Infinity, cold: false };
       this.#entries.set(key, entry);
     }
+    const now = this.#clock();
+    this.#warmed(key, entry, now);
     entry.consecutive++;
+    entry.run++;
     if (entry.consecutive >= this.#threshold) {
       entry.consecutive = 0;
-      entry.coldUntil = this.#clock() + this.#ttlMs;
+      entry.coldUntil = now + this.#ttlMs;
+      if (!entry.cold) {
+        entry.cold = true;
+        this.#log(
+          `portcullis: warning: egress: backend ${key} healthy -> cold: ${entry.run} consecutive ` +
+            `failures; cold for ${this.#ttlMs} ms`,
+        );
+      }
     }
   }
 
   /** Ends `key`'s failure run (and any cold period): its entry is deleted. */
   success(key: string): void {
+    const entry = this.#entries.get(key);
+    if (entry === undefined) return;
+    if (entry.cold) {
+      this.#log(
+        `portcullis: egress: backend ${key} cold -> healthy (success): a request succeeded after ` +
+          `${entry.run} consecutive failures`,
+      );
+    }
     this.#entries.delete(key);
   }
 
@@ -106,13 +143,29 @@ export class NegativeCache {
     const out: NegativeCacheEntry[] = [];
     for (const [backend, entry] of this.#entries) {
       const coldFor = Math.max(0, entry.coldUntil - now);
+      if (coldFor === 0) this.#warmed(backend, entry, now);
       if (entry.consecutive === 0 && coldFor === 0) {
         this.#entries.delete(backend);
         continue;
       }
-      out.push({ backend, consecutive_failures: entry.consecutive, cold_for_ms: coldFor });
+      out.push({
+        backend,
+        state: coldFor > 0 ? "cold" : "healthy",
+        consecutive_failures: entry.run,
+        cold_for_ms: coldFor,
+      });
     }
     return out;
+  }
+
+  /** Logs `cold -> healthy` once when `entry`'s cold period is found over at `now`. */
+  #warmed(key: string, entry: Entry, now: number): void {
+    if (!entry.cold || entry.coldUntil > now) return;
+    entry.cold = false;
+    this.#log(
+      `portcullis: egress: backend ${key} cold -> healthy (ttl): cold for ${this.#ttlMs} ms after ` +
+        `${entry.run} consecutive failures; it is tried again`,
+    );
   }
 }
 

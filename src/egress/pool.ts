@@ -8,8 +8,11 @@
  * 1. the lowest score among instances whose breaker passes;
  * 2. the lowest score among already-tried instances whose breaker passes — a retry goes back to a
  *    healthy instance rather than to one whose breaker is open;
- * 3. round-robin over the untried instances (over all, when every one was tried) whose breakers all
- *    refuse: with every breaker open the gateway still sends, rather than failing every request.
+ * 3. when every breaker refuses: the untried instance whose last such attempt succeeded, else
+ *    round-robin over the untried instances (over all, when every one was tried): with every
+ *    breaker open the gateway still sends, rather than failing every request, and once one instance
+ *    is seen to answer, requests stay on it instead of alternating with the dead ones (a 502/200
+ *    pattern for a whole probe interval after an outage). Only its probe closes its breaker.
  *
  * A client request is never an open breaker's half-open trial: that trial is the gateway's own
  * probe (a SOCKS greeting, see egress.ts), taken with {@link InstancePool.beginProbe} — a client's
@@ -22,7 +25,13 @@
  *
  * @module
  */
-import { Breaker, type BreakerOptions, type BreakerState } from "./breaker.ts";
+import {
+  Breaker,
+  type BreakerOptions,
+  type BreakerTransition,
+  type PlainState,
+  plainState,
+} from "./breaker.ts";
 
 /** Options for {@link InstancePool}. */
 export interface PoolOptions {
@@ -32,6 +41,8 @@ export interface PoolOptions {
   readonly latencyAlpha?: number;
   /** Monotonic milliseconds. */
   readonly clock: () => number;
+  /** Told of each breaker's every change of state, once (see {@link Breaker}). */
+  readonly onTransition?: (index: number, transition: BreakerTransition) => void;
 }
 
 /** One attempt's hold on an instance, from {@link InstancePool.pick} to {@link InstancePool.finish}. */
@@ -63,17 +74,23 @@ class IssuedPick implements Pick {
 /** One instance as {@link InstancePool.snapshot} reports it. */
 export interface InstanceSnapshot {
   address: string;
-  state: BreakerState;
+  /** "healthy" (breaker closed), "open", or "trial" (its probe is due or in flight). */
+  state: PlainState;
   active: number;
   /** Moving average of time to response headers; 0 until the first success. */
   latency_ms: number;
-  /** Failures / samples over the breaker's rolling window; 0 when it is empty. */
-  error_rate: number;
+  /** window.failures / window.samples; 0 when the window is empty. */
+  failure_ratio: number;
+  /** The breaker's rolling window; an open breaker keeps the one that opened it. */
+  window: { failures: number; samples: number };
+  /** Failed outcomes (requests, refused connects, probes) since the last success. */
+  consecutive_failures: number;
   /** Attempts finished on this instance since boot. */
   requests: number;
-  /** Failed attempts among them. */
+  /** Failed attempts among them, since boot. */
   failures: number;
   score: number;
+  /** Milliseconds until an open breaker's next probe; 0 otherwise. */
   retry_in_ms: number;
   /** Times the breaker opened. */
   opens: number;
@@ -109,6 +126,8 @@ export class InstancePool {
   readonly #sampled: Uint8Array;
   readonly #requests: Float64Array;
   readonly #failures: Float64Array;
+  /** 1 when the instance's last fallback attempt (every breaker refusing) succeeded. */
+  readonly #answered: Uint8Array;
   readonly #alpha: number;
   readonly #clock: () => number;
   /** Picks not yet finished; finishing one twice (or a foreign one) changes nothing. */
@@ -128,12 +147,22 @@ export class InstancePool {
     const size = addresses.length;
     this.size = size;
     this.#addresses = [...addresses];
-    this.#breakers = this.#addresses.map(() => new Breaker(options.breaker));
+    const told = options.onTransition;
+    this.#breakers = this.#addresses.map((_, i) =>
+      new Breaker({
+        ...options.breaker,
+        onTransition: (transition) => {
+          if (transition.to === "open") this.#answered[i] = 0;
+          told?.(i, transition);
+        },
+      })
+    );
     this.#active = new Int32Array(size);
     this.#latency = new Float64Array(size);
     this.#sampled = new Uint8Array(size);
     this.#requests = new Float64Array(size);
     this.#failures = new Float64Array(size);
+    this.#answered = new Uint8Array(size);
     this.#alpha = alpha;
     this.#clock = options.clock;
   }
@@ -174,6 +203,16 @@ export class InstancePool {
     return this.#take(this.#nextFallback(skip), true);
   }
 
+  /** When the next probe of any instance is due (ms, the pool's clock); undefined if none is open. */
+  nextProbeAt(): number | undefined {
+    let next: number | undefined;
+    for (const breaker of this.#breakers) {
+      const at = breaker.nextTrialAt();
+      if (at !== undefined && (next === undefined || at < next)) next = at;
+    }
+    return next;
+  }
+
   /** Instances whose breaker is due for its half-open trial (a probe of the gateway's own). */
   dueProbes(): number[] {
     const now = this.#clock();
@@ -206,9 +245,12 @@ export class InstancePool {
     this.#latency[index] = latencyMs;
   }
 
-  /** Opens instance `index`'s breaker at once: it could not even be connected to. */
-  trip(index: number): void {
-    this.#breakers[index].trip(this.#clock());
+  /**
+   * Opens instance `index`'s breaker at once: its supervising pool does not list it (pool_view.ts),
+   * or, with `"unreachable"`, it could not even be connected to (a failed outcome).
+   */
+  trip(index: number, reason: "pool_view" | "unreachable" = "pool_view"): void {
+    this.#breakers[index].trip(this.#clock(), reason);
   }
 
   /**
@@ -238,7 +280,8 @@ export class InstancePool {
         : latencyMs;
       this.#sampled[i] = 1;
     }
-    if (down) this.#breakers[i].trip(this.#clock());
+    if (pick.fallback) this.#answered[i] = ok ? 1 : 0;
+    if (down) this.#breakers[i].trip(this.#clock(), "unreachable");
     else if (!pick.fallback) {
       this.#breakers[i].record(ok === true, false, this.#clock(), pick.generation);
     }
@@ -252,7 +295,7 @@ export class InstancePool {
   observe(index: number, ok: boolean, down = false): void {
     this.#requests[index]++;
     if (!ok) this.#failures[index]++;
-    if (down) this.#breakers[index].trip(this.#clock());
+    if (down) this.#breakers[index].trip(this.#clock(), "unreachable");
     else this.#breakers[index].record(ok, false, this.#clock());
   }
 
@@ -269,10 +312,12 @@ export class InstancePool {
       const breaker = this.#breakers[i].snapshot(now);
       return {
         address,
-        state: breaker.state,
+        state: plainState(breaker.state),
         active: this.#active[i],
         latency_ms: this.#latency[i],
-        error_rate: this.#breakers[i].errorRate(),
+        failure_ratio: this.#breakers[i].errorRate(),
+        window: { failures: breaker.failures, samples: breaker.samples },
+        consecutive_failures: this.#breakers[i].consecutiveFailures,
         requests: this.#requests[i],
         failures: this.#failures[i],
         score: this.score(i),
@@ -289,8 +334,14 @@ export class InstancePool {
     return new IssuedPick(this, index, fallback, this.#breakers[index].generation);
   }
 
-  /** The next instance in fallback round-robin order that is not in `skip`. */
+  /**
+   * The untried instance whose last fallback attempt succeeded, else the next in fallback
+   * round-robin order that is not in `skip`.
+   */
   #nextFallback(skip: ReadonlySet<number> | undefined): number {
+    for (let i = 0; i < this.size; i++) {
+      if (this.#answered[i] && !(skip !== undefined && skip.has(i))) return i;
+    }
     for (let k = 0; k < this.size; k++) {
       const i = (this.#fallbackCursor + k) % this.size;
       if (skip !== undefined && skip.has(i)) continue;

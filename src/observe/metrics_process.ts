@@ -64,7 +64,7 @@ export function egressInstanceFamilies(egress: EgressSnapshot): Family[] {
     gauge(
       "egress_instance_open",
       "1 when the SOCKS instance's breaker is not closed.",
-      perInstance((i) => i.state === "closed" ? 0 : 1),
+      perInstance((i) => i.state === "healthy" ? 0 : 1),
     ),
     gauge(
       "egress_instance_active",
@@ -79,7 +79,7 @@ export function egressInstanceFamilies(egress: EgressSnapshot): Family[] {
     gauge(
       "egress_instance_error_rate",
       "Failure share in the breaker window per SOCKS instance.",
-      perInstance((i) => i.error_rate),
+      perInstance((i) => i.failure_ratio),
     ),
     counter(
       "egress_instance_requests_total",
