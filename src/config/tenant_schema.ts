@@ -116,6 +116,8 @@ const Backend = v.strictObject({
     ),
   ),
   weight: v.optional(wholeNumber(1, 1000, "a weight"), 1),
+  /** Requests in flight to this backend at most (per request worker); beyond, another or 503. */
+  max_pending: v.optional(wholeNumber(1, 1_000_000, "a number of requests")),
 });
 
 const Rewrite = v.strictObject({

@@ -9,6 +9,7 @@
 import { ResponseStats } from "../observe/response_stats.ts";
 import type { Observer } from "../observe/observer.ts";
 import { PolicyStats } from "../policy/policy_stats.ts";
+import { PendingBackends } from "../egress/pending.ts";
 import { AddressSet } from "../request/cidr.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { AdminCredential } from "../server/admin.ts";
@@ -52,6 +53,7 @@ export function assembleServices(
     worker: { index: worker?.index ?? 0, count: worker?.count ?? 1 },
     drain: () => drainEverywhere(worker, life),
     egress: life.egress,
+    pending: new PendingBackends(),
     trusted: AddressSet.of(plan.config.trustedProxies),
     paths: plan.config.paths,
     forwarding: {

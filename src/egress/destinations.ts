@@ -214,6 +214,8 @@ export interface Backend {
   /** `host:port` (IPv6 in brackets), as `egress.direct` and `--allow-net` spell it. */
   readonly target: string;
   readonly weight: number;
+  /** Requests in flight to it at most, per isolate (pending.ts); absent: no bound. */
+  readonly maxPending?: number;
   /** Set for an `https://` backend: how its TLS is made and verified (upstream_tls.ts). */
   readonly tls?: UpstreamTls;
 }

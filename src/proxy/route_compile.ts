@@ -143,7 +143,8 @@ async function compileAction(
       )
       : undefined;
     const backends = proxy.backends.map((backend) => {
-      const parsed = parseBackend(backend.url, backend.weight);
+      const url = parseBackend(backend.url, backend.weight);
+      const parsed = backend.max_pending ? { ...url, maxPending: backend.max_pending } : url;
       return parsed.key.startsWith("https://") && tls
         ? { ...parsed, tls: tls.forHost(parsed.hostname) }
         : parsed;

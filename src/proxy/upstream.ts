@@ -33,6 +33,7 @@ import {
 import { type Egress, instanceDown, type Way } from "../egress/egress.ts";
 import { SocksError } from "../egress/socks5.ts";
 import { UPSTREAM_TLS, UpstreamTlsError } from "../egress/upstream_tls.ts";
+import type { PendingBackends } from "../egress/pending.ts";
 import type { RequestContext } from "../request/context.ts";
 import type { Reply } from "../request/reply.ts";
 import type { ProxyAction } from "./actions.ts";
@@ -57,6 +58,8 @@ export interface Forwarding {
 /** What the proxy phase needs from the edge. */
 export interface UpstreamServices {
   readonly egress: Egress;
+  /** Requests in flight per backend, for `max_pending`. */
+  readonly pending: PendingBackends;
   readonly trusted: AddressSet;
   readonly forwarding: Forwarding;
   /** The edge's path rules: a rewritten path is made canonical again by them. */
@@ -198,7 +201,9 @@ export async function forwardRequest(
   egress.budget.request();
 
   for (let number = 1;; number++) {
-    const backend = egress.chooseBackend(untried(forward.action.backends, failed));
+    const open = forward.action.backends.filter((b) => !services.pending.full(b.key, b.maxPending));
+    if (open.length === 0) return saturated(services, context, forward.action.backends);
+    const backend = egress.chooseBackend(untried(open, failed));
     // The tenant picks the agent: with isolation, its own credentials and kept-alive connections.
     const way = backend ? egress.way(backend, tried, forward.action.tenant) : undefined;
     if (!backend || !way) {
@@ -216,12 +221,16 @@ export async function forwardRequest(
       traceparent: trace?.traceparent,
     });
     const attempt: Attempt = { number, backend, way, headers };
+    const release = services.pending.enter(backend.key);
     try {
-      const answer = await sendAttempt(context, forward, attempt);
+      const answer = await sendAttempt(context, forward, attempt).catch((error) => {
+        release();
+        throw error;
+      });
       const latencyMs = services.clock() - started;
       if (record) record.upstreamMs += latencyMs;
       trace?.answered(answer.response.statusCode ?? 0);
-      return answerReply(context, services, { attempt, answer, latencyMs });
+      return answerReply(context, services, { attempt, answer, latencyMs, release });
     } catch (error) {
       if (record) record.upstreamMs += services.clock() - started;
       trace?.failed((error as AttemptFailure).kind ?? "error");
@@ -242,6 +251,23 @@ export async function forwardRequest(
   }
 }
 
+/**
+ * Every backend of the route holds its `max_pending`: answered 503 at once, with a second's
+ * `Retry-After`, rather than queued behind requests that are already waiting.
+ */
+function saturated(
+  services: UpstreamServices,
+  context: RequestContext,
+  backends: readonly Backend[],
+): Reply {
+  const counts = backends.map((b) => `${b.authority} ${services.pending.count(b.key)}`).join(", ");
+  services.log(
+    `portcullis: warning: request ${context.requestId}: upstream_saturated: every backend holds ` +
+      `its max_pending (${counts})`,
+  );
+  return failureReply("upstream_saturated", context.requestId, { headers: { "retry-after": "1" } });
+}
+
 /** The backends not in `failed`, or all of them when none is left. */
 function untried(backends: readonly Backend[], failed: ReadonlySet<string> | undefined) {
   if (!failed) return backends;
@@ -256,13 +282,14 @@ function untried(backends: readonly Backend[], failed: ReadonlySet<string> | und
 function answerReply(
   context: RequestContext,
   services: UpstreamServices,
-  answered: { attempt: Attempt; answer: Answer; latencyMs: number },
+  answered: { attempt: Attempt; answer: Answer; latencyMs: number; release: () => void },
 ): Reply {
   const { egress } = services;
-  const { attempt: { way, backend }, answer, latencyMs } = answered;
+  const { attempt: { way, backend }, answer, latencyMs, release } = answered;
   const keepAlive = answer.response.headers["keep-alive"];
   if (typeof keepAlive === "string") egress.idle.honour(answer.response.socket, keepAlive);
   const finish = (ok: boolean) => {
+    release(); // the max_pending slot is free once the answer has ended
     egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
     if (!ok) services.log(`portcullis: request ${context.requestId}: upstream body aborted`);
   };

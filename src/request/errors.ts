@@ -36,6 +36,7 @@ export type FailureKind =
   | "upstream_unreachable"
   | "upstream_failed"
   | "upstream_tls"
+  | "upstream_saturated"
   | "upstream_timeout"
   | "internal_error"
   | "admin_not_implemented"
@@ -143,6 +144,11 @@ const KINDS: Record<FailureKind, KindInfo> = {
     status: 502,
     source: "upstream",
     message: "The upstream could not be reached securely",
+  },
+  upstream_saturated: {
+    status: 503,
+    source: "upstream",
+    message: "The upstream is busy; try again shortly",
   },
   upstream_timeout: {
     status: 504,
