@@ -76,6 +76,12 @@ Deno.test("proxy failure: SOCKS reply 0x04 is 502 and the backend goes cold afte
     assert.equal(egress.instances[0].failures, 0);
     assert.equal(egress.instances[0].requests, 3);
     assert.equal(p.socks[0].connects.length, 3);
+    // Its only backend cold, the route's circuit is open: 503 at once, nothing dialled.
+    const open = await p.send({ path: "/api/echo" });
+    failure(open, 503, "upstream_circuit_open", ports(p));
+    const wait = Number(open.headers["retry-after"]);
+    assert.ok(wait >= 59 && wait <= 60, `Retry-After until the backend is tried again: ${wait}`);
+    assert.equal(p.socks[0].connects.length, 3, "no attempt was made");
   });
 });
 

@@ -100,6 +100,12 @@ export class NegativeCache {
     return false;
   }
 
+  /** How long `key` stays cold (ms), 0 when it is not. */
+  coldForMs(key: string): number {
+    const entry = this.#entries.get(key);
+    return entry === undefined ? 0 : Math.max(0, entry.coldUntil - this.#clock());
+  }
+
   /** Counts one failure of `key`; at the threshold it goes cold for the TTL (count reset). */
   failure(key: string): void {
     let entry = this.#entries.get(key);

@@ -200,6 +200,8 @@ export async function forwardRequest(
   context.timeoutKind = "upstream_timeout";
   egress.budget.request();
 
+  const circuit = circuitOpen(services, context, forward.action.backends);
+  if (circuit) return circuit;
   for (let number = 1;; number++) {
     const open = forward.action.backends.filter((b) => !services.pending.full(b.key, b.maxPending));
     if (open.length === 0) return saturated(services, context, forward.action.backends);
@@ -249,6 +251,35 @@ export async function forwardRequest(
       if (wait > 0) await sleep(wait, context);
     }
   }
+}
+
+/**
+ * Every backend of the route is cold (its circuit open after failing in a row): answered 503 at
+ * once with `Retry-After` until the first one is tried again, rather than sending the request to a
+ * backend known to fail. Before, the gateway failed open and tried a cold backend anyway.
+ */
+function circuitOpen(
+  services: UpstreamServices,
+  context: RequestContext,
+  backends: readonly Backend[],
+): Reply | undefined {
+  const cache = services.egress.cache;
+  let soonest = Infinity;
+  for (const backend of backends) {
+    if (!(backend.weight > 0)) continue;
+    const coldFor = cache.coldForMs(backend.key);
+    if (coldFor <= 0) return undefined;
+    soonest = Math.min(soonest, coldFor);
+  }
+  if (soonest === Infinity) return undefined;
+  const retryAfter = String(Math.max(1, Math.ceil(soonest / 1000)));
+  services.log(
+    `portcullis: warning: request ${context.requestId}: upstream_circuit_open: every backend ` +
+      `is cold; the first is tried again in ${Math.ceil(soonest)} ms`,
+  );
+  return failureReply("upstream_circuit_open", context.requestId, {
+    headers: { "retry-after": retryAfter },
+  });
 }
 
 /**

@@ -37,6 +37,7 @@ export type FailureKind =
   | "upstream_failed"
   | "upstream_tls"
   | "upstream_saturated"
+  | "upstream_circuit_open"
   | "upstream_timeout"
   | "internal_error"
   | "admin_not_implemented"
@@ -144,6 +145,11 @@ const KINDS: Record<FailureKind, KindInfo> = {
     status: 502,
     source: "upstream",
     message: "The upstream could not be reached securely",
+  },
+  upstream_circuit_open: {
+    status: 503,
+    source: "upstream",
+    message: "The upstream is failing; try again later",
   },
   upstream_saturated: {
     status: 503,
