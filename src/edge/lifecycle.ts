@@ -55,7 +55,8 @@ export class Lifecycle {
       log: boot.log,
     });
     // Only an isolate that carries public traffic reads the pool's view: worker 0 of a multi-worker
-    // edge serves the protected lanes, and a breaker there would never see the probe that closes it.
+    // edge serves the protected lanes and sends no request upstream, so one poller fewer (its
+    // breakers still learn from the workers' outcome batches and close by their own probes).
     if (!worker || worker.index > 0) {
       const { runtime, egress, nodeId } = plan.config;
       if (egress.torpool) this.egress.view.followLocal(egress.torpool.api_socket, boot.log);
