@@ -103,6 +103,33 @@ const Redirect = v.strictObject({
   ),
 });
 
+const Status = wholeNumber(100, 599, "a status");
+
+/**
+ * A backend's active health check: a GET of `path` through the egress every `interval_ms`; after
+ * `failures` consecutive answers outside `expect_status` (or none within `timeout_ms`) the backend
+ * is cold, and it is passed over while another is left, until a check passes again.
+ */
+const BackendHealth = v.strictObject({
+  path: v.pipe(
+    v.string("Expected a path"),
+    v.regex(
+      /^\/[\x21\x22\x24-\x7e]*$/,
+      "A health path starts with '/' and is printable ASCII with no space or '#'",
+    ),
+  ),
+  interval_ms: v.optional(wholeNumber(500, 3_600_000, "milliseconds"), 10_000),
+  timeout_ms: v.optional(wholeNumber(1, 600_000, "milliseconds"), 2000),
+  expect_status: v.optional(
+    v.union(
+      [Status, v.pipe(v.array(Status), v.minLength(1, "List at least one status"))],
+      "Expected a status or a list of statuses",
+    ),
+    200,
+  ),
+  failures: v.optional(wholeNumber(1, 100, "a number of failures"), 2),
+});
+
 /**
  * A backend: `http://host[:port]` or `https://host[:port]` (an `.onion` name or any host the
  * egress can reach; TLS runs over the SOCKS tunnel or the direct connection).
@@ -118,6 +145,8 @@ const Backend = v.strictObject({
   weight: v.optional(wholeNumber(1, 1000, "a weight"), 1),
   /** Requests in flight to this backend at most (per request worker); beyond, another or 503. */
   max_pending: v.optional(wholeNumber(1, 1_000_000, "a number of requests")),
+  /** An active health check (egress/health_checks.ts): absent, the backend is never probed. */
+  health: v.optional(BackendHealth),
 });
 
 const Rewrite = v.strictObject({

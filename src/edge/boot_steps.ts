@@ -17,6 +17,9 @@ import { RequestMetrics } from "../observe/request_metrics.ts";
 import { TenantLabels } from "../observe/tenant_label.ts";
 import type { Tracing } from "../observe/tracing.ts";
 import { shareEgress } from "../egress/share.ts";
+import type { Backend } from "../egress/destinations.ts";
+import { HealthChecks } from "../egress/health_checks.ts";
+import type { TenantRegistry } from "../proxy/tenants.ts";
 import { ConfigStore } from "../live/generations.ts";
 import { type RuntimeReloader, runtimeReloader } from "../live/runtime_watch.ts";
 import { followHub, type HubFollower } from "../live/hub_client.ts";
@@ -67,14 +70,41 @@ export function startRuntime(boot: BootContext, life: Lifecycle): Runtime {
     })
     : undefined;
   const stopSharing = worker ? shareEgress(life.egress, worker.egressChannel) : () => {};
+  const stopChecks = owns ? startHealthChecks(boot, life, store) : () => {};
   const lines = options.accessLog ? undefined : new BufferedLines();
   life.stopRuntime = () => {
     reloader?.stop();
     follower?.stop();
+    stopChecks();
     stopSharing();
     lines?.close();
   };
   return { store, reloader, follower, lines };
+}
+
+/**
+ * The backends' active health checks (egress/health_checks.ts), in the owner only: its verdicts
+ * reach the request workers with the shared egress outcomes. Rescheduled at every swap.
+ */
+function startHealthChecks({ clock, log }: BootContext, life: Lifecycle, store: ConfigStore) {
+  const checks = new HealthChecks({ egress: life.egress, clock, log });
+  checks.update(proxyBackends(store.registry()));
+  const stopFollowing = store.onSwap((generation) =>
+    checks.update(proxyBackends(generation.registry))
+  );
+  return function stopHealthChecks(): void {
+    stopFollowing();
+    checks.stop();
+  };
+}
+
+/** Every proxy backend of every route of a registry, in file order (repeats included). */
+function* proxyBackends(registry: TenantRegistry): Iterable<Backend> {
+  for (const tenant of registry.tenants) {
+    for (const route of tenant.routeList) {
+      if (route.action.kind === "proxy") yield* route.action.backends;
+    }
+  }
 }
 
 /** The generation store, holding the planned first generation (numbered as the owner numbers it). */

@@ -218,4 +218,19 @@ export interface Backend {
   readonly maxPending?: number;
   /** Set for an `https://` backend: how its TLS is made and verified (upstream_tls.ts). */
   readonly tls?: UpstreamTls;
+  /** Set when the tenant file asks for an active health check (health_checks.ts). */
+  readonly health?: BackendHealth;
+}
+
+/** A backend's active health check, as its tenant file's `health` says. */
+export interface BackendHealth {
+  /** The path a GET probes (origin form, starts with `/`). */
+  readonly path: string;
+  readonly intervalMs: number;
+  /** The whole probe (connection, TLS, answer) is given up after this long: a failure. */
+  readonly timeoutMs: number;
+  /** Statuses that pass. */
+  readonly expectStatus: readonly number[];
+  /** Consecutive failed probes that make the check failing (and the backend cold). */
+  readonly failures: number;
 }

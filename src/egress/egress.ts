@@ -269,6 +269,21 @@ export class Egress {
     }
   }
 
+  /**
+   * Records an active health check's verdict on `backend` (health_checks.ts), here and — with
+   * request workers — in every worker through the shared outcomes. A failing check makes the
+   * backend cold for a fresh negative-cache TTL (as many failures as the cache's threshold, so
+   * each failing probe renews it); a passing one ends its failure run and any cold period.
+   */
+  backendChecked(backend: Backend, ok: boolean): void {
+    const times = ok ? 1 : this.settings.negativeCache.failures;
+    for (let i = 0; i < times; i++) {
+      if (ok) this.cache.success(backend.key);
+      else this.cache.failure(backend.key);
+      this.#outbox?.backends.push(backend.key, ok ? 1 : 0);
+    }
+  }
+
   /** Starts collecting outcomes for {@link takeOutcomes} (request workers share them). */
   shareOutcomes(): void {
     this.#outbox ??= { instances: [], backends: [] };

@@ -8,12 +8,14 @@
  */
 import { isAbsolute, join, normalize, relative, sep } from "node:path";
 import { checkRooted, RootedReadError } from "../config/rooted_read.ts";
-import type { RouteDocument } from "../config/tenant_schema.ts";
+import type { ProxyDocument, RouteDocument } from "../config/tenant_schema.ts";
 import { type Action, namesNoPath, placeholders } from "./actions.ts";
-import type { Backend } from "../egress/destinations.ts";
+import type { Backend, BackendHealth } from "../egress/destinations.ts";
 import { compileRewrite } from "./rewrite.ts";
 import { compileRouteTls } from "./backend_tls.ts";
 import { type Condition, parsePath, type PathPattern, type RouteEntry } from "./routes.ts";
+
+type HealthDocument = NonNullable<ProxyDocument["backends"][number]["health"]>;
 
 /** Where a route sits: its tenant and folder, for checks and diagnostics. */
 export interface RouteSite {
@@ -144,7 +146,10 @@ async function compileAction(
       : undefined;
     const backends = proxy.backends.map((backend) => {
       const url = parseBackend(backend.url, backend.weight);
-      const parsed = backend.max_pending ? { ...url, maxPending: backend.max_pending } : url;
+      const pending = backend.max_pending ? { ...url, maxPending: backend.max_pending } : url;
+      const parsed = backend.health
+        ? { ...pending, health: compileHealth(backend.health) }
+        : pending;
       return parsed.key.startsWith("https://") && tls
         ? { ...parsed, tls: tls.forHost(parsed.hostname) }
         : parsed;
@@ -162,6 +167,18 @@ async function compileAction(
     };
   }
   return undefined;
+}
+
+/** A backend's validated `health` field, as the egress's health checks read it. */
+function compileHealth(health: HealthDocument): BackendHealth {
+  const expect = health.expect_status;
+  return {
+    path: health.path,
+    intervalMs: health.interval_ms,
+    timeoutMs: health.timeout_ms,
+    expectStatus: typeof expect === "number" ? [expect] : [...new Set(expect)],
+    failures: health.failures,
+  };
 }
 
 /**
