@@ -1,0 +1,399 @@
+/**
+ * One attempt of a proxied exchange on the wire, and how its failure is classified. The attempt
+ * loop (upstream.ts) decides where each attempt goes and whether another may follow; this module
+ * makes one: the upstream request with its way out, TLS and per-attempt limits, the count of bytes
+ * it wrote (the at-most-once rule's evidence), the request body's pump, and the one settlement —
+ * the response head, or a failure classified for the pool, the negative cache, the retry rule and
+ * the client.
+ *
+ * @module
+ */
+import http from "node:http";
+import type { Duplex } from "node:stream";
+import {
+  CONNECT_MS,
+  DirectConnectError,
+  EgressRefusal,
+  HANDSHAKE_SIGNAL,
+} from "../egress/agents.ts";
+import { instanceDown, type Way } from "../egress/egress.ts";
+import { SocksError } from "../egress/socks5.ts";
+import { UPSTREAM_TLS, UpstreamTlsError } from "../egress/upstream_tls.ts";
+import type { Backend } from "../egress/destinations.ts";
+import type { RequestContext } from "../request/context.ts";
+import type { FailureKind } from "../request/errors.ts";
+import type { ProxyAction } from "./actions.ts";
+import type { ForwardContext } from "./hygiene.ts";
+import { forwardBody } from "./forward_body.ts";
+
+/** An attempt that failed, classified. */
+export class AttemptFailure extends Error {
+  readonly kind: FailureKind;
+  /**
+   * For the pool: true when the SOCKS instance did its job (the destination failed); undefined
+   * when the attempt says nothing about it (the client went away).
+   */
+  readonly instanceOk?: boolean;
+  /** For the negative cache: false when the backend failed; undefined when it was not reached. */
+  readonly backendOk?: boolean;
+  /** True when no request byte was written to an upstream socket: a retry duplicates nothing. */
+  readonly unsent: boolean;
+  /** Request bytes (head and body) written to the upstream socket. */
+  readonly sentBytes: number;
+  /** True when request body bytes were consumed: the request cannot be replayed. */
+  readonly bodyTaken: boolean;
+
+  constructor(
+    kind: FailureKind,
+    cause: unknown,
+    flags: {
+      instanceOk: boolean | undefined;
+      backendOk?: boolean;
+      sentBytes: number;
+      bodyTaken: boolean;
+      instanceDown?: boolean;
+    },
+  ) {
+    super(kind, { cause });
+    this.kind = kind;
+    this.instanceOk = flags.instanceOk;
+    this.backendOk = flags.backendOk;
+    this.sentBytes = flags.sentBytes;
+    this.unsent = flags.sentBytes === 0;
+    this.bodyTaken = flags.bodyTaken;
+    this.instanceDown = flags.instanceDown === true;
+  }
+
+  /** The SOCKS instance could not be connected to at all: its breaker opens at once. */
+  readonly instanceDown: boolean;
+}
+
+/**
+ * The upstream request, decided once before any attempt: the path and query it asks for (after the
+ * route's rewrite, canonical again), whether it may be sent twice, and the forwarding context its
+ * head is rebuilt from — every field but the two each attempt sets itself (the backend's Host
+ * authority and the attempt's `traceparent`).
+ */
+export interface Forward {
+  readonly action: ProxyAction;
+  /** Path and query sent upstream. */
+  readonly target: string;
+  readonly hasBody: boolean;
+  /** True when the method (or the route's `retry_post`) lets a sent request be sent again. */
+  readonly eligible: boolean;
+  /** The client's header list (HTTP/2 pseudo-headers dropped). */
+  readonly raw: readonly string[];
+  readonly context: Omit<ForwardContext, "authority" | "traceparent">;
+  /** The most request-body bytes forwarded (the caps policy); beyond it the exchange is cut. */
+  readonly bodyLimit?: number;
+}
+
+/** What an attempt got back: response headers, and for a 101 the upstream socket. */
+export interface Answer {
+  readonly response: http.IncomingMessage;
+  readonly tunnel?: { readonly socket: Duplex; readonly head: Uint8Array };
+}
+
+/** One attempt's own choices: its number, the backend, the way out, and the head written for them. */
+export interface Attempt {
+  readonly number: number;
+  readonly backend: Backend;
+  readonly way: Way;
+  readonly headers: string[];
+}
+
+/** Sends one attempt; resolves once the upstream's response headers (or its 101) arrived. */
+export function sendAttempt(
+  context: RequestContext,
+  forward: Forward,
+  attempt: Attempt,
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    new AttemptExchange(context, forward, attempt, { resolve, reject }).start();
+  });
+}
+
+/**
+ * One attempt on the wire: the upstream request, the socket node gave it and how many bytes went
+ * out on it, the request body's pump, and the one settlement (answer or classified failure) —
+ * whichever of the response, an error, the body limit or the request's abort comes first.
+ */
+class AttemptExchange {
+  readonly #context: RequestContext;
+  readonly #forward: Forward;
+  readonly #settle: { resolve(answer: Answer): void; reject(error: AttemptFailure): void };
+  readonly #upstream: http.ClientRequest;
+  /** A connection still being made for this attempt is abandoned with it (agents.ts). */
+  readonly #handshake = new AbortController();
+  /** The socket node handed this request (a pooled one carried earlier requests). */
+  #socket?: Duplex & { bytesWritten?: number; connecting?: boolean };
+  /** What the socket had written before this request (earlier requests, a SOCKS handshake). */
+  #before = 0;
+  #bodyTaken = false;
+  #settled = false;
+  #stopBody?: () => void;
+  #stopWaiting = () => {};
+  /** True for an `https://` backend. */
+  readonly #tls: boolean;
+
+  constructor(
+    context: RequestContext,
+    forward: Forward,
+    attempt: Attempt,
+    settle: { resolve(answer: Answer): void; reject(error: AttemptFailure): void },
+  ) {
+    this.#context = context;
+    this.#forward = forward;
+    this.#settle = settle;
+    const { backend, way, headers } = attempt;
+    this.#tls = backend.tls !== undefined;
+    this.#upstream = http.request({
+      host: backend.hostname,
+      port: backend.port,
+      method: context.head.method,
+      path: forward.target,
+      headers,
+      agent: way.agent,
+      setHost: false,
+      [HANDSHAKE_SIGNAL]: this.#handshake.signal,
+      [UPSTREAM_TLS]: backend.tls,
+      [CONNECT_MS]: forward.action.connectMs,
+    } as http.RequestOptions);
+    refuseTransparentRetry(this.#upstream);
+  }
+
+  /** Wires the request's events; an already aborted request settles at once. */
+  start(): void {
+    const upstream = this.#upstream;
+    this.#stopWaiting = this.#context.onAbort(() => this.#aborted());
+    if (this.#settled) return;
+    // Emitted before node writes the head on it.
+    upstream.once("socket", (given) => this.#gotSocket(given));
+    if (!this.#forward.hasBody) upstream.end();
+    upstream.once("response", (response) => this.#done(null, { response }));
+    if (this.#context.upgrade) {
+      upstream.once("upgrade", (response, socket: Duplex, head: Uint8Array) => {
+        this.#done(null, { response, tunnel: { socket, head } });
+      });
+    }
+    upstream.once("error", (error) => {
+      const failure = classify(error, this.#connected(), this.#bodyTaken, this.#sentBytes());
+      this.#done(this.#tls ? tlsAlert(failure) : failure);
+    });
+  }
+
+  /** Request bytes (head and body) this attempt handed to its socket. */
+  #sentBytes(): number {
+    const socket = this.#socket;
+    return socket ? Math.max(0, (socket.bytesWritten ?? 0) - this.#before) : 0;
+  }
+
+  /** Connected once node handed a socket that is done connecting (SOCKS: after the reply). */
+  #connected(): boolean {
+    return this.#socket !== undefined && this.#socket.connecting !== true;
+  }
+
+  #gotSocket(given: Duplex & { bytesWritten?: number; connecting?: boolean }): void {
+    this.#socket = given;
+    this.#before = given.bytesWritten ?? 0;
+    const ready = () => {
+      this.#awaitFirstByte();
+      if (this.#forward.hasBody) this.#startBody();
+    };
+    if (given.connecting) given.once("connect", ready);
+    else ready();
+  }
+
+  /**
+   * The route's `first_byte_ms`: from the connection being ready (the head goes out at once) to
+   * the response head. A backend slower than that fails this attempt as a timeout, charged to the
+   * backend, leaving the rest of the deadline to the next attempt (for a request that may be sent
+   * again).
+   */
+  #awaitFirstByte(): void {
+    const limit = this.#forward.action.firstByteMs;
+    if (limit === undefined || this.#settled) return;
+    const timer = setTimeout(() => {
+      this.#done(
+        new AttemptFailure(
+          "upstream_timeout",
+          new Error(`No response head within first_byte_ms (${limit} ms)`),
+          {
+            instanceOk: true,
+            backendOk: false,
+            sentBytes: Math.max(1, this.#sentBytes()),
+            bodyTaken: this.#bodyTaken,
+          },
+        ),
+      );
+    }, limit);
+    const stop = () => clearTimeout(timer);
+    this.#upstream.once("response", stop).once("upgrade", stop).once("close", stop);
+  }
+
+  /** Pumps the request body inside the frame the gateway wrote (forward_body.ts). */
+  #startBody(): void {
+    if (this.#settled) return;
+    this.#bodyTaken = true;
+    const framing = this.#context.head.body;
+    this.#stopBody = forwardBody(this.#context.request, this.#upstream, {
+      declared: typeof framing === "number" ? framing : undefined,
+      limit: this.#forward.bodyLimit,
+      overflow: (reason) => this.#overflow(reason),
+    });
+  }
+
+  /**
+   * The deadline passed or the client went: the attempt ends as a timeout. Only a deadline is a
+   * verdict on the way out; a client that left (or broke its body) says nothing about the instance
+   * or the backend, so neither is charged with it — clients walking away must not open a breaker.
+   */
+  #aborted(): void {
+    const connected = this.#connected();
+    const client = this.#context.abortedBy === "client";
+    const why = client ? "the client went away" : "the deadline passed";
+    this.#done(
+      new AttemptFailure("upstream_timeout", new Error(`Aborted: ${why}`), {
+        instanceOk: client ? undefined : !connected,
+        backendOk: client || !connected ? undefined : false,
+        sentBytes: this.#sentBytes(),
+        bodyTaken: this.#bodyTaken,
+      }),
+    );
+  }
+
+  /**
+   * Over the body limit (or, never expected, past the declared length): whatever the upstream got
+   * is cut off before it is complete, and the connection is destroyed, never reused.
+   */
+  #overflow(reason: "limit" | "length"): void {
+    if (this.#settled) {
+      this.#upstream.destroy();
+      return;
+    }
+    const kind = reason === "limit" ? "payload_too_large" : "bad_request";
+    this.#done(
+      new AttemptFailure(kind, new Error(`Request body over the ${reason}`), {
+        instanceOk: true,
+        backendOk: true,
+        sentBytes: Math.max(1, this.#sentBytes()),
+        bodyTaken: true,
+      }),
+    );
+  }
+
+  /** Settles once; a failure stops the body, abandons the handshake and destroys the request. */
+  #done(error: AttemptFailure | null, answer?: Answer): void {
+    if (this.#settled) {
+      answer?.tunnel?.socket.destroy();
+      return;
+    }
+    this.#settled = true;
+    this.#stopWaiting();
+    if (!error) return this.#settle.resolve(answer!);
+    this.#stopBody?.();
+    this.#handshake.abort();
+    this.#upstream.destroy();
+    this.#settle.reject(error);
+  }
+}
+
+/**
+ * Deno 2.9.6's `node:http` client re-sends a request on a new connection by itself when the pooled
+ * keep-alive socket it was written to closes before a response — also when the gateway destroys
+ * the request, and also after body bytes went out. Measured: a DELETE arrived twice, and a body
+ * whose first bytes had gone out arrived again on a fresh connection *without its head*, read by
+ * nginx as a request of its own (request smuggling). Retries are the gateway's decision, made with
+ * what it knows was sent (retry.ts), so the client's own replay is switched off: its guard treats
+ * a request that is already being retried as not retryable.
+ */
+function refuseTransparentRetry(request: http.ClientRequest): void {
+  (request as unknown as { _retrying: boolean })._retrying = true;
+}
+
+/**
+ * Classifies a failed attempt for the pool, the retry rule and the client. What was sent is the
+ * byte count, whatever the error's type: a connect error after bytes went out on another socket
+ * (a client re-dialling underneath) must not pass for "nothing sent".
+ */
+function classify(
+  error: Error,
+  connected: boolean,
+  bodyTaken: boolean,
+  sentBytes: number,
+): AttemptFailure {
+  if (error instanceof EgressRefusal || (error instanceof SocksError && error.kind === "refused")) {
+    // The gateway's own rule refused the destination, before any dial or where the instance's
+    // tunnel led: neither the instance nor the backend is to blame.
+    return new AttemptFailure("upstream_unreachable", error, {
+      instanceOk: true,
+      sentBytes,
+      bodyTaken,
+    });
+  }
+  if (error instanceof SocksError) {
+    const kind: FailureKind = error.kind === "timeout"
+      ? "upstream_timeout"
+      : "upstream_unreachable";
+    const destination = error.blame === "destination";
+    return new AttemptFailure(kind, error, {
+      instanceOk: destination,
+      backendOk: destination ? false : undefined,
+      sentBytes,
+      bodyTaken,
+      instanceDown: instanceDown(error),
+    });
+  }
+  if (error instanceof UpstreamTlsError) {
+    // The tunnel or connection worked; the backend's certificate (or its demand for ours) did not.
+    const blame = { instanceOk: true, backendOk: false, sentBytes, bodyTaken };
+    return new AttemptFailure("upstream_tls", error, blame);
+  }
+  if (error instanceof DirectConnectError) {
+    const kind: FailureKind = error.kind === "timeout"
+      ? "upstream_timeout"
+      : "upstream_unreachable";
+    return new AttemptFailure(kind, error, {
+      instanceOk: true,
+      backendOk: false,
+      sentBytes,
+      bodyTaken,
+    });
+  }
+  return new AttemptFailure(connected ? "upstream_failed" : "upstream_unreachable", error, {
+    instanceOk: false,
+    backendOk: connected ? false : undefined,
+    sentBytes,
+    bodyTaken,
+  });
+}
+
+/**
+ * An `https://` backend's refusal that arrives after the client's side of the handshake — under TLS
+ * 1.3 a server's verdict on the client certificate comes as an alert on the first read — is still
+ * the backend's TLS, not a broken exchange: `upstream_tls`, the backend charged. Bytes were
+ * written, so the usual rule for a sent request still decides any retry.
+ */
+function tlsAlert(failure: AttemptFailure): AttemptFailure {
+  const cause = failure.cause;
+  if (failure.kind !== "upstream_failed" || !(cause instanceof Error)) return failure;
+  if (!/fatal alert|certificate/i.test(cause.message)) return failure;
+  return new AttemptFailure("upstream_tls", cause, {
+    instanceOk: true,
+    backendOk: false,
+    sentBytes: failure.sentBytes,
+    bodyTaken: failure.bodyTaken,
+  });
+}
+
+/**
+ * A missing `--allow-net` grant, or a destination the egress refuses: retrying on another
+ * instance cannot help.
+ */
+export function deniedByDeno(error: unknown): boolean {
+  for (let e = error; e instanceof Error; e = e.cause) {
+    if (e instanceof Deno.errors.NotCapable || e instanceof EgressRefusal) return true;
+    if (e instanceof SocksError && e.kind === "refused") return true;
+  }
+  return false;
+}
