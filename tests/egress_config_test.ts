@@ -65,7 +65,7 @@ Deno.test("loadConfig() fills every egress default and trusts no proxy by defaul
     idle_socket_ms: 30_000,
     probe_interval_ms: 30_000,
     breaker: { window: 20, min_samples: 10, failure_ratio: 0.5 },
-    negative_cache: { failures: 3, ttl_ms: 30_000 },
+    negative_cache: { failures: 3, ttl_ms: 30_000, when_all_cold: "try" },
     retry: {
       budget_ratio: 0.2,
       budget_min: 10,
@@ -88,7 +88,7 @@ Deno.test("egressSettings() maps the defaults onto the egress's own names", asyn
     failureRatio: 0.5,
     probeIntervalMs: 30_000,
   });
-  assert.deepEqual(settings.negativeCache, { failures: 3, ttlMs: 30_000 });
+  assert.deepEqual(settings.negativeCache, { failures: 3, ttlMs: 30_000, whenAllCold: "try" });
   assert.deepEqual(settings.retryBudget, { ratio: 0.2, minRetries: 10, windowMs: 10_000 });
   assert.deepEqual(settings.backoff, { baseMs: 25, capMs: 250 });
 });

@@ -55,7 +55,7 @@ Deno.test("proxy failure: a SOCKS instance that never answers is 504 upstream_ti
 Deno.test("proxy failure: SOCKS reply 0x04 is 502 and the backend goes cold after N failures", async () => {
   const setup = {
     socks: [{ mode: "reply" as const, replyCode: 0x04 }],
-    egress: () => ({ negative_cache: { failures: 3, ttl_ms: 60_000 } }),
+    egress: () => ({ negative_cache: { failures: 3, ttl_ms: 60_000, when_all_cold: "refuse" } }),
     routes: (site: Parameters<typeof apiRoute>[0]) => [apiRoute(site, { attempts: 1 })],
   };
   await withProxyEdge(setup, async (p) => {
@@ -76,7 +76,8 @@ Deno.test("proxy failure: SOCKS reply 0x04 is 502 and the backend goes cold afte
     assert.equal(egress.instances[0].failures, 0);
     assert.equal(egress.instances[0].requests, 3);
     assert.equal(p.socks[0].connects.length, 3);
-    // Its only backend cold, the route's circuit is open: 503 at once, nothing dialled.
+    // Its only backend cold and when_all_cold: refuse, the route's circuit is open: 503 at once,
+    // nothing dialled (the default, try, fails open and dials it anyway).
     const open = await p.send({ path: "/api/echo" });
     failure(open, 503, "upstream_circuit_open", ports(p));
     const wait = Number(open.headers["retry-after"]);
@@ -170,5 +171,20 @@ Deno.test("proxy failure: requests the deadline gives up on do charge the instan
     assert.equal(after.instances[0].state, "open");
     assert.equal(after.cold_backends.length, 1);
     await new Promise((resolve) => setTimeout(resolve, 900));
+  });
+});
+
+Deno.test("proxy failure: by default a route whose every backend is cold still tries them (fail open)", async () => {
+  const setup = {
+    socks: [{ mode: "reply" as const, replyCode: 0x04 }],
+    egress: () => ({ negative_cache: { failures: 2, ttl_ms: 60_000 } }),
+    routes: (site: Parameters<typeof apiRoute>[0]) => [apiRoute(site, { attempts: 1 })],
+  };
+  await withProxyEdge(setup, async (p) => {
+    for (let i = 0; i < 3; i++) {
+      failure(await p.send({ path: "/api/echo" }), 502, "upstream_unreachable", ports(p));
+    }
+    assert.equal((await p.egress()).cold_backends[0].state, "cold");
+    assert.equal(p.socks[0].connects.length, 3, "the cold backend was dialled all the same");
   });
 });

@@ -160,6 +160,14 @@ export const EgressSchema = v.optional(
       v.strictObject({
         failures: v.optional(wholeNumber(1, 1000), 3),
         ttl_ms: v.optional(wholeNumber(1, 86_400_000), 30_000),
+        /**
+         * When every backend of a route is cold: `try` them anyway (fail open, like Envoy's panic
+         * mode), or `refuse` with 503 upstream_circuit_open and Retry-After.
+         */
+        when_all_cold: v.optional(
+          v.picklist(["try", "refuse"], 'Expected "try" or "refuse"'),
+          "try",
+        ),
       }),
       {},
     ),

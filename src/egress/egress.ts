@@ -41,7 +41,12 @@ export interface EgressSettings extends AgentSettings {
   readonly allowPrivate?: readonly string[];
   readonly bodyIdleMs: number;
   readonly breaker: BreakerOptions;
-  readonly negativeCache: { readonly failures: number; readonly ttlMs: number };
+  readonly negativeCache: {
+    readonly failures: number;
+    readonly ttlMs: number;
+    /** When every backend of a route is cold: try them anyway, or refuse (503). */
+    readonly whenAllCold?: "try" | "refuse";
+  };
   readonly retryBudget: RetryBudgetOptions;
   readonly backoff: { readonly baseMs: number; readonly capMs: number };
 }

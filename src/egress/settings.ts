@@ -30,6 +30,7 @@ export function egressSettings(config: EgressConfig): EgressSettings {
     negativeCache: {
       failures: config.negative_cache.failures,
       ttlMs: config.negative_cache.ttl_ms,
+      whenAllCold: config.negative_cache.when_all_cold,
     },
     retryBudget: {
       ratio: config.retry.budget_ratio,

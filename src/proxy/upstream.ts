@@ -191,15 +191,19 @@ export async function forwardRequest(
 }
 
 /**
- * Every backend of the route is cold (its circuit open after failing in a row): answered 503 at
- * once with `Retry-After` until the first one is tried again, rather than sending the request to a
- * backend known to fail. Before, the gateway failed open and tried a cold backend anyway.
+ * Every backend of the route is cold (its circuit open after failing in a row) and the egress is
+ * set to `when_all_cold: refuse`: answered 503 at once with `Retry-After` until the first one is
+ * tried again, rather than sending the request to a backend known to fail. The default, `try`,
+ * fails open like Envoy's panic mode: a SOCKS instance dying mid-exchange looks to the gateway
+ * exactly like its backend failing, so under `refuse` one dead instance could make a route's only
+ * backend refuse every request for the cold period (seen in the at-most-once test).
  */
 function circuitOpen(
   services: UpstreamServices,
   context: RequestContext,
   backends: readonly Backend[],
 ): Reply | undefined {
+  if (services.egress.settings.negativeCache.whenAllCold !== "refuse") return undefined;
   const cache = services.egress.cache;
   let soonest = Infinity;
   for (const backend of backends) {
