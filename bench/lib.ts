@@ -301,3 +301,32 @@ export function download(port: number): Promise<number> {
     request.on("error", reject);
   });
 }
+
+/**
+ * The edge config the proxy-chain benchmarks run: public and local_health on loopback, a ledger
+ * roomy enough that admission never shapes a run, and the egress each benchmark gives.
+ */
+export function benchEdgeConfig(
+  ports: { readonly gateway: number; readonly local: number },
+  egress: Record<string, unknown>,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    node_id: "bench-edge",
+    mode: "local",
+    tenants_dir: "tenants",
+    lanes: {
+      public: { listen: [{ hostname: "127.0.0.1", port: ports.gateway }] },
+      local_health: { listen: [{ hostname: "127.0.0.1", port: ports.local }] },
+    },
+    timeouts: { header_ms: 10000, idle_ms: 30000, request_ms: 600000 },
+    ledger: {
+      application_slots: 1024,
+      inflight_bytes: 1 << 30,
+      per_connection: 8,
+      lanes: { public: { deadline_ms: 60000 } },
+    },
+    ...extra,
+    egress,
+  };
+}

@@ -15,6 +15,7 @@
  */
 import http from "node:http";
 import {
+  benchEdgeConfig,
   cpuSecondsOf,
   download,
   freePort,
@@ -336,23 +337,9 @@ function upload(port: number): Promise<number> {
 }
 
 function gatewayConfig(ports: Record<string, number>): Record<string, unknown> {
-  return {
-    node_id: "bench-edge",
-    mode: "local",
-    tenants_dir: "tenants",
-    lanes: {
-      public: { listen: [{ hostname: "127.0.0.1", port: ports.gateway }] },
-      local_health: { listen: [{ hostname: "127.0.0.1", port: ports.local }] },
-    },
-    timeouts: { header_ms: 10000, idle_ms: 30000, request_ms: 600000 },
-    ledger: {
-      application_slots: 1024,
-      inflight_bytes: 1 << 30,
-      per_connection: 8,
-      lanes: { public: { deadline_ms: 60000 } },
-    },
-    egress: { socks: [{ hostname: "127.0.0.1", port: ports.socks }] },
-  };
+  return benchEdgeConfig(ports as { gateway: number; local: number }, {
+    socks: [{ hostname: "127.0.0.1", port: ports.socks }],
+  });
 }
 
 await main();

@@ -22,6 +22,7 @@
 import { stringify } from "yaml";
 import { TestPki } from "../tests/fixtures/certs.ts";
 import {
+  benchEdgeConfig,
   cpuSecondsOf,
   freePort,
   has,
@@ -219,24 +220,7 @@ function edgeConfig(
   ports: { gateway: number; local: number },
   egress: Record<string, unknown>,
 ): Record<string, unknown> {
-  return {
-    node_id: "bench-edge",
-    mode: "local",
-    tenants_dir: "tenants",
-    lanes: {
-      public: { listen: [{ hostname: "127.0.0.1", port: ports.gateway }] },
-      local_health: { listen: [{ hostname: "127.0.0.1", port: ports.local }] },
-    },
-    timeouts: { header_ms: 10000, idle_ms: 30000, request_ms: 600000 },
-    ledger: {
-      application_slots: 1024,
-      inflight_bytes: 1 << 30,
-      per_connection: 8,
-      lanes: { public: { deadline_ms: 60000 } },
-    },
-    observe: { access_log: { enabled: false } },
-    egress,
-  };
+  return benchEdgeConfig(ports, egress, { observe: { access_log: { enabled: false } } });
 }
 
 /** Warms each case up for a second, then runs them interleaved `RUNS` times. */

@@ -21,6 +21,7 @@
  */
 import { TestPki } from "../tests/fixtures/certs.ts";
 import {
+  benchEdgeConfig,
   cpuSecondsOf,
   freePort,
   has,
@@ -281,26 +282,10 @@ function tenants(ports: { plain: number; ssl: number }): Record<string, unknown>
 }
 
 function gatewayConfig(ports: Record<string, number>): Record<string, unknown> {
-  return {
-    node_id: "bench-edge",
-    mode: "local",
-    tenants_dir: "tenants",
-    lanes: {
-      public: { listen: [{ hostname: "127.0.0.1", port: ports.gateway }] },
-      local_health: { listen: [{ hostname: "127.0.0.1", port: ports.local }] },
-    },
-    timeouts: { header_ms: 10000, idle_ms: 30000, request_ms: 600000 },
-    ledger: {
-      application_slots: 1024,
-      inflight_bytes: 1 << 30,
-      per_connection: 8,
-      lanes: { public: { deadline_ms: 60000 } },
-    },
-    egress: {
-      socks: [{ hostname: "127.0.0.1", port: ports.socks }],
-      allow_private: ["127.0.0.0/8"],
-    },
-  };
+  return benchEdgeConfig(ports as { gateway: number; local: number }, {
+    socks: [{ hostname: "127.0.0.1", port: ports.socks }],
+    allow_private: ["127.0.0.0/8"],
+  });
 }
 
 await main();

@@ -54,6 +54,24 @@ function viaSocks(port: number, tls: Record<string, unknown>, files: Record<stri
   };
 }
 
+/** A route proxying `/api/` to `https://127.0.0.1:<port>` directly (no SOCKS), trusting `ca`. */
+function direct(port: number, tls: Record<string, unknown>, ca: string) {
+  return {
+    socks: [],
+    files: { "upstream-ca.pem": ca },
+    egress: () => ({ direct: [`127.0.0.1:${port}`] }),
+    routes: () => [{
+      name: "api",
+      match: { prefix: "/api/" },
+      proxy: {
+        backends: [{ url: `https://127.0.0.1:${port}` }],
+        rewrite: { strip_prefix: "/api" },
+        tls,
+      },
+    }],
+  };
+}
+
 /** The log lines naming an upstream_tls failure. */
 function tlsFailures(p: ProxyEdge): string[] {
   return p.t.lines.filter((line) => line.includes("upstream_tls after"));
@@ -83,20 +101,8 @@ Deno.test("upstream TLS: an https backend through SOCKS is verified, named by SN
 Deno.test("upstream TLS: direct to an address, verified against server_name", async () => {
   const pki = await TestPki.create();
   await withUpstream(pki, {}, async (upstream) => {
-    await withProxyEdge({
-      socks: [],
-      files: { "upstream-ca.pem": pki.ca.certPem },
-      egress: () => ({ direct: [`127.0.0.1:${upstream.port}`] }),
-      routes: () => [{
-        name: "api",
-        match: { prefix: "/api/" },
-        proxy: {
-          backends: [{ url: `https://127.0.0.1:${upstream.port}` }],
-          rewrite: { strip_prefix: "/api" },
-          tls: { ca_file: "upstream-ca.pem", server_name: NAME, min_version: "TLSv1.3" },
-        },
-      }],
-    }, async (p) => {
+    const tls = { ca_file: "upstream-ca.pem", server_name: NAME, min_version: "TLSv1.3" };
+    await withProxyEdge(direct(upstream.port, tls, pki.ca.certPem), async (p) => {
       const response = await p.send({ path: "/api/x" });
       assert.equal(response.status, 200, response.body);
       assert.deepEqual(upstream.servernames, [NAME]);
@@ -256,19 +262,8 @@ Deno.test("proxy.tls refuses a key others may read, and a key that is not the ce
 Deno.test("upstream TLS: an address backend is checked against the certificate's addresses, no SNI sent", async () => {
   const pki = await TestPki.create();
   await withUpstream(pki, {}, async (upstream) => {
-    await withProxyEdge({
-      socks: [],
-      files: { "upstream-ca.pem": pki.ca.certPem },
-      egress: () => ({ direct: [`127.0.0.1:${upstream.port}`] }),
-      routes: () => [{
-        name: "api",
-        match: { prefix: "/api/" },
-        proxy: {
-          backends: [{ url: `https://127.0.0.1:${upstream.port}` }],
-          tls: { ca_file: "upstream-ca.pem" },
-        },
-      }],
-    }, async (p) => {
+    const tls = { ca_file: "upstream-ca.pem" };
+    await withProxyEdge(direct(upstream.port, tls, pki.ca.certPem), async (p) => {
       // The certificate names backend.test only: an address is not in it.
       failure(await p.send({ path: "/api/x" }), 502, "upstream_tls");
       assert.match(tlsFailures(p)[0], /127\.0\.0\.1|IP/);
