@@ -330,3 +330,111 @@ export function benchEdgeConfig(
     egress,
   };
 }
+
+/**
+ * A process's resident set size in bytes, from `VmRSS` in `/proc/<pid>/status` (Linux), read with
+ * `cat` since Deno wants full access for /proc. Counts every isolate of a gateway with workers.
+ *
+ * @returns the bytes, or NaN once the process is gone
+ */
+export async function vmRssOf(pid: number): Promise<number> {
+  const out = await new Deno.Command("cat", {
+    args: [`/proc/${pid}/status`],
+    stdout: "piped",
+    stderr: "null",
+  }).output();
+  const kb = /VmRSS:\s+(\d+) kB/.exec(new TextDecoder().decode(out.stdout))?.[1];
+  return kb === undefined ? NaN : Number(kb) * 1024;
+}
+
+/** RSS samples of one process, taken in the background until `stop()`. */
+export interface RssSampler {
+  /** The latest sample (bytes). */
+  readonly last: number;
+  /** The highest sample since the sampler started or since `resetPeak()` (bytes). */
+  readonly peak: number;
+  /** Makes the latest sample the peak, so `peak` covers what follows. */
+  resetPeak(): void;
+  /** Stops sampling (waits for the sample in progress). */
+  stop(): Promise<void>;
+}
+
+/**
+ * Samples `pid`'s VmRSS every `everyMs` ({@link vmRssOf}); resolves once the first sample is in.
+ *
+ * @param everyMs the pause between samples (each sample also costs a `cat`, a few ms)
+ */
+export async function sampleRss(pid: number, everyMs = 100): Promise<RssSampler> {
+  let last = await vmRssOf(pid);
+  let peak = last;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      await new Promise((resolve) => setTimeout(resolve, everyMs));
+      const rss = await vmRssOf(pid);
+      if (Number.isNaN(rss)) return;
+      last = rss;
+      peak = Math.max(peak, rss);
+    }
+  })();
+  return {
+    get last() {
+      return last;
+    },
+    get peak() {
+      return peak;
+    },
+    resetPeak() {
+      peak = last;
+    },
+    async stop() {
+      running = false;
+      await loop;
+    },
+  };
+}
+
+/** What {@link curlThrough} saw: the status, the body bytes, and the body when it was kept. */
+export interface CurlResult {
+  readonly status: number;
+  readonly bytes: number;
+  readonly body: string;
+}
+
+/**
+ * One `curl` request (`Host: bench.test` unless `host` says otherwise); the body goes to
+ * /dev/null unless `keep`. A C client, so the load generator does not share the bench's event loop.
+ *
+ * @param args more curl arguments, e.g. `["-X", "POST", "-T", file]`
+ */
+export async function curlThrough(
+  url: string,
+  options: { readonly args?: readonly string[]; readonly host?: string; readonly keep?: boolean } =
+    {},
+): Promise<CurlResult> {
+  const out = await new Deno.Command("curl", {
+    args: [
+      "-sS",
+      ...["-H", `Host: ${options.host ?? "bench.test"}`],
+      ...["-o", options.keep ? "-" : "/dev/null"],
+      ...["-w", "\n%{http_code} %{size_download}"],
+      ...options.args ?? [],
+      url,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout);
+  const end = text.lastIndexOf("\n");
+  const [status, bytes] = text.slice(end + 1).split(" ").map(Number);
+  return { status, bytes, body: text.slice(0, Math.max(end, 0)) };
+}
+
+/** A loopback upstream that reads each request body to the end, then answers its byte count. */
+export function discardSink(): Deno.HttpServer<Deno.NetAddr> {
+  return Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
+    let bytes = 0;
+    if (request.body) { for await (const chunk of request.body) bytes += chunk.byteLength; }
+    return new Response(String(bytes));
+  });
+}
