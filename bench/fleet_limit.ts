@@ -27,7 +27,7 @@
 import {
   cpuSecondsOf,
   freePort,
-  has,
+  haveTools,
   median,
   nginxUpstreamConfig,
   spawnGateway,
@@ -48,11 +48,11 @@ const TIGHT = { per_second: 100, burst: 50 };
 const SALT = "bench-fleet-limit-salt-0123456789\n";
 /** Each tool the run needs, and the argument that makes it answer. */
 const TOOLS = {
-  wrk: "--version",
-  nginx: "-v",
-  microsocks: "-h",
-  "redis-server": "--version",
-  "redis-cli": "--version",
+  wrk: ["--version"],
+  nginx: ["-v"],
+  microsocks: ["-h"],
+  "redis-server": ["--version"],
+  "redis-cli": ["--version"],
 };
 
 /** One way of deciding the limit. */
@@ -105,12 +105,7 @@ interface Sample extends WrkResult {
 }
 
 async function main() {
-  const missing = [];
-  for (const [tool, arg] of Object.entries(TOOLS)) if (!await has(tool, [arg])) missing.push(tool);
-  if (missing.length > 0) {
-    console.error(`bench/fleet_limit: missing ${missing.join(", ")}; skipped`);
-    return;
-  }
+  if (!await haveTools("bench/fleet_limit", TOOLS)) return;
   const started = performance.now();
   const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-fleet-" });
   const children: Deno.ChildProcess[] = [];

@@ -40,6 +40,29 @@ export async function has(command: string, args: string[] = ["--version"]): Prom
   }
 }
 
+/** The Debian package of a tool whose package has another name. */
+const PACKAGE_OF: Readonly<Record<string, string>> = { "redis-cli": "redis-tools" };
+
+/**
+ * True when every tool answers its probe arguments; otherwise says which are missing and how to
+ * install them, for the benchmark `bench` to skip.
+ */
+export async function haveTools(
+  bench: string,
+  tools: Readonly<Record<string, readonly string[]>>,
+): Promise<boolean> {
+  const missing = [];
+  for (const [tool, args] of Object.entries(tools)) {
+    if (!await has(tool, [...args])) missing.push(tool);
+  }
+  if (missing.length === 0) return true;
+  const packages = missing.map((tool) => PACKAGE_OF[tool] ?? tool).join(" ");
+  console.error(
+    `${bench}: missing ${missing.join(", ")} (apt-get install -y ${packages}); skipped`,
+  );
+  return false;
+}
+
 /**
  * Spawns a command and waits until its stderr or stdout contains `ready` (or, when `port` is given,
  * until the port accepts connections).

@@ -27,7 +27,7 @@ import {
   curlThrough,
   discardSink,
   freePort,
-  has,
+  haveTools,
   nginxUpstreamConfig,
   ROOT,
   sampleRss,
@@ -91,14 +91,7 @@ async function main() {
   if (unknown.length > 0) {
     throw new RangeError(`BENCH_ONLY must list ${SCENARIOS.join(", ")}; got "${unknown}"`);
   }
-  const missing = [];
-  for (const [tool, args] of [["wrk", ["--version"]], ["nginx", ["-v"]], ["curl", ["-V"]]]) {
-    if (!await has(tool as string, args as string[])) missing.push(tool);
-  }
-  if (missing.length > 0) {
-    console.error(`bench/memory: missing ${missing.join(", ")}; skipped`);
-    return;
-  }
+  if (!await haveTools("bench/memory", { wrk: ["--version"], nginx: ["-v"], curl: ["-V"] })) return;
   const variants: Variant[] = [{ label: "default", flags: [] }];
   if (COMPARE) variants.push({ label: COMPARE, flags: COMPARE.split(/\s+/) });
   const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-memory-" });

@@ -19,7 +19,7 @@ import {
   cpuSecondsOf,
   download,
   freePort,
-  has,
+  haveTools,
   median,
   nginxUpstreamConfig,
   peakRss,
@@ -60,16 +60,7 @@ const EVERY_POLICY = {
 };
 
 async function main() {
-  const missing = [];
-  for (const [tool, args] of [["wrk", ["--version"]], ["nginx", ["-v"]], ["microsocks", ["-h"]]]) {
-    if (!await has(tool as string, args as string[])) missing.push(tool);
-  }
-  if (missing.length > 0) {
-    console.error(
-      `bench/proxy: missing ${missing.join(", ")} (apt-get install -y ${
-        missing.join(" ")
-      }); skipped`,
-    );
+  if (!await haveTools("bench/proxy", { wrk: ["--version"], nginx: ["-v"], microsocks: ["-h"] })) {
     return;
   }
   const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-proxy-" });

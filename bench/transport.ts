@@ -25,7 +25,7 @@ import {
   benchEdgeConfig,
   cpuSecondsOf,
   freePort,
-  has,
+  haveTools,
   median,
   nginxUpstreamConfig,
   ROOT,
@@ -72,15 +72,9 @@ interface Run extends WrkResult {
 }
 
 async function main() {
-  const missing = [];
-  for (const [tool, args] of [["wrk", ["--version"]], ["nginx", ["-v"]], ["microsocks", ["-h"]]]) {
-    if (!await has(tool as string, args as string[])) missing.push(tool);
-  }
-  if (missing.length > 0) {
-    const tools = missing.join(" ");
-    console.error(`bench/transport: missing ${tools} (apt-get install -y ${tools}); skipped`);
-    return;
-  }
+  if (
+    !await haveTools("bench/transport", { wrk: ["--version"], nginx: ["-v"], microsocks: ["-h"] })
+  ) return;
   const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-transport-" });
   const pki = await TestPki.create();
   const children: Deno.ChildProcess[] = [];

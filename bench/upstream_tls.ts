@@ -24,7 +24,7 @@ import {
   benchEdgeConfig,
   cpuSecondsOf,
   freePort,
-  has,
+  haveTools,
   median,
   nginxUpstreamConfig,
   spawnGateway,
@@ -71,18 +71,13 @@ interface Bench {
 }
 
 async function main() {
-  const missing = [];
-  for (const [tool, args] of [["wrk", ["--version"]], ["nginx", ["-v"]], ["microsocks", ["-h"]]]) {
-    if (!await has(tool as string, args as string[])) missing.push(tool);
-  }
-  if (missing.length > 0) {
-    console.error(
-      `bench/upstream_tls: missing ${missing.join(", ")} (apt-get install -y ${
-        missing.join(" ")
-      }); skipped`,
-    );
-    return;
-  }
+  if (
+    !await haveTools("bench/upstream_tls", {
+      wrk: ["--version"],
+      nginx: ["-v"],
+      microsocks: ["-h"],
+    })
+  ) return;
   const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-upstream-tls-" });
   const pki = await TestPki.create();
   const children: Deno.ChildProcess[] = [];
