@@ -95,7 +95,7 @@ const Rate = v.strictObject({
   burst: wholeNumber(1, 1_000_000),
 });
 
-const LaneLedger = v.strictObject({
+const LaneLedger: v.GenericSchema<unknown, LaneLedgerConfig> = v.strictObject({
   reserve: v.optional(wholeNumber(0)),
   max_slots: v.optional(wholeNumber(1)),
   max_connections: v.optional(wholeNumber(1)),
@@ -387,7 +387,22 @@ export type BootstrapConfig = v.InferOutput<typeof BootstrapSchema>;
 export type LaneListenConfig = v.InferOutput<typeof LaneListeners>;
 /** The public lane's TLS settings. */
 export type TlsConfigInput = v.InferOutput<typeof TlsConfig>;
-/** One lane's ledger settings. */
-export type LaneLedgerConfig = v.InferOutput<typeof LaneLedger>;
+/** One lane's ledger settings, as written (the profile applies the defaults). */
+export interface LaneLedgerConfig {
+  /** Slots kept for this lane alone. */
+  reserve?: number;
+  /** The lane's ceiling: its reserve plus the general-pool slots it may borrow. */
+  max_slots?: number;
+  /** Connections this lane may hold at most. */
+  max_connections?: number;
+  /** Bytes one admitted request is charged against the byte budget. */
+  footprint_bytes?: number;
+  /** How long a request on this lane may take. */
+  deadline_ms?: number;
+  /** The lane's rate budget: a token bucket. */
+  rate?: { per_second: number; burst: number };
+  /** Public lane: slots at the top of its ceiling only routes with priority ≥ 8 may fill. */
+  priority_reserve?: number;
+}
 /** One listener as written. */
 export type ListenerConfig = { hostname: string; port: number } | { path: string };

@@ -18,7 +18,7 @@ import { splitTarget } from "../request/host.ts";
 import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
 
 /** `host:port` as `--allow-net` spells it (IPv6 in brackets). */
-export const HostPort = v.pipe(
+export const HostPort: v.GenericSchema<string> = v.pipe(
   v.string("Expected host:port"),
   v.regex(
     /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):\d{1,5}$/,
@@ -94,7 +94,7 @@ const ratio = (fallback: number) =>
   );
 
 /** The egress section. */
-export const EgressSchema = v.optional(
+export const EgressSchema: v.GenericSchema<unknown, EgressInput> = v.optional(
   v.strictObject({
     socks: v.optional(v.array(v.strictObject({ hostname: IpLiteral, port: Port })), []),
     /** The hub's SOCKS pool, reached over a transport; `socks` must then be empty. */
@@ -185,8 +185,79 @@ export const EgressSchema = v.optional(
   {},
 );
 
-/** The egress section as validated, as written. */
-export type EgressInput = v.InferOutput<typeof EgressSchema>;
+/** The fields `socks5_tls` and `https_tunnel` share, as validated. */
+export interface HubTlsTransportFields {
+  /** The relay's `host:port`: the one address `--allow-net` grants for egress. */
+  hub: string;
+  /** The hub's pool ports this edge may use. */
+  ports: number[];
+  /** This node's client certificate (its CN is the node id). */
+  cert_file: string;
+  /** This node's private key. */
+  key_file: string;
+  /** The CA that signs the hub's certificate. */
+  ca_file: string;
+  /** The name the hub's certificate carries, when `hub` is an address. */
+  server_name?: string;
+}
+
+/** `egress.transport` of kind `socks5_tls`: SOCKS5 inside mutual TLS to the hub's relay. */
+export interface Socks5TlsTransportConfig extends HubTlsTransportFields {
+  /** The transport's kind. */
+  kind: "socks5_tls";
+}
+
+/** `egress.transport` of kind `https_tunnel`: a WebSocket per SOCKS connection to the hub. */
+export interface HttpsTunnelTransportConfig extends HubTlsTransportFields {
+  /** The transport's kind. */
+  kind: "https_tunnel";
+}
+
+/** `egress.transport` of kind `wireguard`: plain TCP to the hub over the operator's tunnel. */
+export interface WireguardTransportConfig {
+  /** The transport's kind. */
+  kind: "wireguard";
+  /** The hub's address inside the tunnel. */
+  hub: string;
+  /** The hub's pool ports this edge may use. */
+  ports: number[];
+}
+
+/** The egress section as validated, as written (defaults applied). */
+export interface EgressInput {
+  /** Local SOCKS instances. */
+  socks: { hostname: string; port: number }[];
+  /** The hub's SOCKS pool, reached over a transport. */
+  transport?: Socks5TlsTransportConfig | HttpsTunnelTransportConfig | WireguardTransportConfig;
+  /** Per-tenant SOCKS credentials (unset: on exactly when `transport` is). */
+  isolate_tenants?: boolean;
+  /** A `portcullis torpool` on this machine, by its API socket. */
+  torpool?: { api_socket: string };
+  /** Backends reached without the SOCKS pool, as `host:port`. */
+  direct: string[];
+  /** Internal destinations tenants may reach: CIDRs or `host:port`. */
+  allow_private: string[];
+  /** How long a connection to a way out may take. */
+  connect_timeout_ms: number;
+  /** How long a body may sit idle before the response is cut off. */
+  body_idle_ms: number;
+  /** How long a kept-alive upstream connection stays open unused. */
+  idle_socket_ms: number;
+  /** How often an open breaker probes its instance. */
+  probe_interval_ms: number;
+  /** When an instance's breaker opens. */
+  breaker: { window: number; min_samples: number; failure_ratio: number };
+  /** When a backend goes cold, for how long, and what a route with every backend cold does. */
+  negative_cache: { failures: number; ttl_ms: number; when_all_cold: "try" | "refuse" };
+  /** The retry budget and backoff. */
+  retry: {
+    budget_ratio: number;
+    budget_min: number;
+    window_ms: number;
+    backoff_base_ms: number;
+    backoff_cap_ms: number;
+  };
+}
 
 /** The transport as written (`socks5_tls` and `https_tunnel` paths resolved by `load.ts`). */
 export type EgressTransport = NonNullable<EgressInput["transport"]>;

@@ -7,7 +7,11 @@ import { isIP } from "node:net";
 import * as v from "valibot";
 
 /** A whole number from `min` to `max`. */
-export function wholeNumber(min: number, max = 0x7fffffff, what = "a whole number") {
+export function wholeNumber(
+  min: number,
+  max = 0x7fffffff,
+  what = "a whole number",
+): v.GenericSchema<number> {
   return v.pipe(
     v.number(`Expected ${what}`),
     v.integer(`Expected ${what}`),
@@ -17,10 +21,10 @@ export function wholeNumber(min: number, max = 0x7fffffff, what = "a whole numbe
 }
 
 /** A TCP port, 1–65535. */
-export const Port = wholeNumber(1, 65535, "a port number");
+export const Port: v.GenericSchema<number> = wholeNumber(1, 65535, "a port number");
 
 /** An IPv4 or IPv6 address literal (names are refused: `localhost` may mean two addresses). */
-export const IpLiteral = v.pipe(
+export const IpLiteral: v.GenericSchema<string> = v.pipe(
   v.string("Expected an IP address"),
   v.check(
     (text) => isIP(text) !== 0,
@@ -33,11 +37,14 @@ export const IpLiteral = v.pipe(
 );
 
 /** A Unix socket path that a `--allow-net=unix:` flag can express. */
-export const SocketPath = v.pipe(
+export const SocketPath: v.GenericSchema<string> = v.pipe(
   v.string("Expected a path"),
   v.minLength(1, "Expected a non-empty path"),
   v.check((text) => !/[,\0\n]/.test(text), "A socket path cannot hold a comma, NUL or newline"),
 );
 
 /** A non-empty string. */
-export const Text = v.pipe(v.string("Expected text"), v.minLength(1, "Expected non-empty text"));
+export const Text: v.GenericSchema<string> = v.pipe(
+  v.string("Expected text"),
+  v.minLength(1, "Expected non-empty text"),
+);

@@ -38,7 +38,7 @@ const BlockAction = v.picklist(
  * optional database number; the edge must list it in its own `policy_stores` (a tenant file never
  * widens where the edge may connect).
  */
-export const RedisUrl = v.pipe(
+export const RedisUrl: v.GenericSchema<string> = v.pipe(
   v.string("Expected a redis:// URL"),
   v.regex(
     /^redis:\/\/(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}(\/[0-9]{1,2})?$/,
@@ -161,7 +161,7 @@ const SecurityHeaders = v.strictObject({
 });
 
 /** The policies block of a tenant file or of `globals.yaml`. */
-export const PoliciesSchema = v.strictObject({
+export const PoliciesSchema: v.GenericSchema<unknown, PoliciesDocument> = v.strictObject({
   rate_limit: v.optional(RateLimit),
   caps: v.optional(Caps),
   waf: v.optional(Waf),
@@ -175,8 +175,149 @@ export const GlobalsSchema = v.strictObject({
   policies: v.optional(PoliciesSchema, {}),
 });
 
-/** A policies block as validated. */
-export type PoliciesDocument = v.InferOutput<typeof PoliciesSchema>;
+/** A policy's switch: `on`, `off`, or `dry_run` (evaluate, log, count, let the request through). */
+export type PolicyMode = "on" | "off" | "dry_run";
+
+/** How a blocked request is answered: dropped, 404, 429, or held until its deadline. */
+export type BlockAnswer = "drop" | "404" | "429" | "timeout";
+
+/** A shared Redis-protocol store, as validated (`url`, `key_prefix`, `timeout_ms`). */
+export interface RedisStoreConfig {
+  /** `redis://host:port` or `redis://host:port/db`. */
+  url: string;
+  /** Prefix of every key and channel this fleet writes. */
+  key_prefix: string;
+  /** How long a decision waits for the store before the edge decides alone. */
+  timeout_ms: number;
+}
+
+/** The rate limit's Redis-protocol server, with the optional local precheck. */
+export interface RateRedisConfig extends RedisStoreConfig {
+  /** A local bucket of this share of the fleet's rate refuses a flooding client early. */
+  precheck_share?: number;
+}
+
+/** The rate limit's store. */
+export interface RateStoreConfig {
+  /** The Redis-protocol server. */
+  redis: RateRedisConfig;
+}
+
+/** `policies.rate_limit`: a token bucket per client. */
+export interface RateLimitPolicy {
+  /** On, off or dry run. */
+  mode: PolicyMode;
+  /** Tokens refilled per second, per client. */
+  per_second: number;
+  /** Requests a client may send back to back. */
+  burst: number;
+  /** Clients remembered at most. */
+  max_clients: number;
+  /** Consecutive denials after which the client goes on the TTL blocklist (0: never). */
+  block_after: number;
+  /** One limit for the whole fleet on a shared store. */
+  store?: RateStoreConfig;
+}
+
+/** `policies.caps`: size limits on the request head, URL and body. */
+export interface CapsPolicy {
+  /** On, off or dry run. */
+  mode: PolicyMode;
+  /** Header fields at most. */
+  max_headers: number;
+  /** Bytes of the whole header block at most. */
+  max_header_bytes: number;
+  /** Bytes of the request target at most. */
+  max_url_bytes: number;
+  /** Bytes of the request body at most. */
+  max_body_bytes: number;
+}
+
+/** `policies.waf`: the built-in SQL injection, XSS and traversal checks. */
+export interface WafPolicy {
+  /** On, off or dry run. */
+  mode: PolicyMode;
+  /** Check for SQL injection. */
+  sqli: boolean;
+  /** Check for cross-site scripting. */
+  xss: boolean;
+  /** Check for path traversal. */
+  traversal: boolean;
+  /** Request headers inspected besides path and query (lower case). */
+  headers: string[];
+}
+
+/** One rule of `policies.blocklist`: a path or header pattern and what a match gets. */
+export interface BlocklistRule {
+  /** The rule's name, as logs and metrics show it. */
+  name: string;
+  /** A regular expression over the canonical path. */
+  path?: string;
+  /** A regular expression over one request header. */
+  header?: { name: string; pattern: string };
+  /** How a match is answered. */
+  action: BlockAnswer;
+}
+
+/** `policies.blocklist`: rules that refuse matching requests. */
+export interface BlocklistPolicy {
+  /** On, off or dry run. */
+  mode: PolicyMode;
+  /** The rules, tried in order. */
+  rules: BlocklistRule[];
+  /** Matches from one client within `window_ms` that put it on the TTL blocklist (0: never). */
+  block_after: number;
+  /** The window `block_after` counts in. */
+  window_ms: number;
+}
+
+/** `policies.ttl_block`: clients blocked for a while after the other policies flagged them. */
+export interface TtlBlockPolicy {
+  /** On, off or dry run. */
+  mode: PolicyMode;
+  /** How long a client stays blocked. */
+  ttl_ms: number;
+  /** How a blocked client's request is answered. */
+  action: BlockAnswer;
+  /** Addresses remembered at most. */
+  max_entries: number;
+  /** Share blocks with every edge of the fleet through a store. */
+  store?: { redis: RedisStoreConfig };
+}
+
+/** `policies.security_headers`: response headers the gateway sets and removes. */
+export interface SecurityHeadersPolicy {
+  /** On, off or dry run. */
+  mode: PolicyMode;
+  /** `Strict-Transport-Security` (never sent on plain HTTP), or `false`. */
+  hsts: string | false;
+  /** `X-Content-Type-Options: nosniff`. */
+  content_type_options: boolean;
+  /** `X-Frame-Options`, or `false`. */
+  frame_options: "DENY" | "SAMEORIGIN" | false;
+  /** `Referrer-Policy`, or `false`. */
+  referrer_policy: string | false;
+  /** Headers added to every response. */
+  add: { [name: string]: string };
+  /** Headers removed from every response. */
+  remove: string[];
+}
+
+/** A policies block as validated: each policy absent when the file does not set it. */
+export interface PoliciesDocument {
+  /** A token bucket per client. */
+  rate_limit?: RateLimitPolicy;
+  /** Size limits. */
+  caps?: CapsPolicy;
+  /** The built-in request checks. */
+  waf?: WafPolicy;
+  /** Pattern rules. */
+  blocklist?: BlocklistPolicy;
+  /** Temporary blocks. */
+  ttl_block?: TtlBlockPolicy;
+  /** Response headers. */
+  security_headers?: SecurityHeadersPolicy;
+}
 /** The globals file as validated. */
 export type GlobalsDocument = v.InferOutput<typeof GlobalsSchema>;
 /** The name of the globals file inside the tenants folder. */

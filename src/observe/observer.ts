@@ -24,7 +24,7 @@ import {
 
 /** One request as observed. */
 export class RequestRecord {
-  readonly started = performance.now();
+  readonly started: number = performance.now();
   readonly lane: LaneName;
   readonly requestId: string;
   readonly method: string;

@@ -78,8 +78,72 @@ export function healthOf(
   };
 }
 
+/** One instance in full, as `/stats` lists it. */
+export interface InstanceStats {
+  /** The slot's index in the pool. */
+  index: number;
+  /** The SOCKS port, the same in every life. */
+  socksPort: number;
+  /** The control port, the same in every life. */
+  controlPort: number;
+  /** Where the instance is in its life. */
+  state: InstanceState;
+  /** How many times the slot has been spawned. */
+  life: number;
+  /** The current process, or null when none runs. */
+  pid: number | null;
+  /** Milliseconds since the current life's spawn (0 when dead). */
+  uptimeMs: number;
+  /** Tor's bootstrap percentage. */
+  progress: number;
+  /** Tor's last bootstrap summary, or null. */
+  summary: string | null;
+  /** Moving average latency in milliseconds, or null before any sample. */
+  latencyMs: number | null;
+  /** Failed probes and reported stream errors, over every life. */
+  errors: number;
+  /** Streams carried now. */
+  active: number;
+  /** Failed probes in a row in this life. */
+  failedProbes: number;
+  /** Milliseconds the SOCKS port has refused connections (0 when it accepts). */
+  refusingMs: number;
+  /** Why and when the last life ended, or null. */
+  lastDeath: { readonly reason: string; readonly at: number } | null;
+  /** The last lines Tor wrote. */
+  tail: readonly string[];
+}
+
+/** The whole pool in full, as `/stats` answers it. */
+export interface PoolStats {
+  /** Instances the pool keeps at least. */
+  min: number;
+  /** Instances the pool grows to at most. */
+  max: number;
+  /** Instances now, in every state. */
+  instances: number;
+  /** Streams at which an instance counts as busy. */
+  busyStreams: number;
+  /** The share of ready instances that are busy, or null with none ready. */
+  busyFraction: number | null;
+  /** Since when the pool has been above or below its scaling thresholds. */
+  scaler: { readonly aboveSince?: number; readonly belowSince?: number };
+  /** The probe and restart timings. */
+  timings: Timings;
+  /** Processes spawned. */
+  spawns: number;
+  /** Processes that died. */
+  deaths: number;
+  /** Instances added by the scaler. */
+  scaleUps: number;
+  /** Instances removed by the scaler. */
+  scaleDowns: number;
+  /** Every instance. */
+  each: InstanceStats[];
+}
+
 /** One instance in full, for `/stats`. */
-export function instanceStats(instance: TorInstance, now: number) {
+export function instanceStats(instance: TorInstance, now: number): InstanceStats {
   const i = instance;
   return {
     index: i.index,
@@ -112,7 +176,7 @@ export function poolStats(
     readonly timings: Timings;
     readonly counters: Readonly<Record<"spawns" | "deaths" | "scaleUps" | "scaleDowns", number>>;
   },
-) {
+): PoolStats {
   const live = instances.filter((i) => i.state === "ready");
   const busy = live.filter((i) => i.active >= pool.busyStreams).length;
   return {

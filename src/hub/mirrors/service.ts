@@ -46,7 +46,7 @@ export interface DoorRecord {
 /** The door stream of one hub, from start to stop. */
 export class DoorService {
   /** The doors seen, by node id. */
-  readonly doors = new Map<string, DoorRecord>();
+  readonly doors: Map<string, DoorRecord> = new Map();
   readonly #config: DoorsConfig;
   readonly #options: DoorServiceOptions;
   readonly #now: () => number;
