@@ -19,7 +19,10 @@
  * `--ignore-env=LOG_STREAM,LOG_TOKENS`: the YAML parser peeks at those two debug variables.
  *
  * This module exports that API and the types of what it hands back; the ledger's memory layout,
- * the request pipeline and the boot checks stay behind it.
+ * the request pipeline and the boot checks stay behind it. Some exported types have fields typed
+ * by that machinery (the services a lane is given, the tenant registry, the observer): those types
+ * are tagged `@internal` where they are declared, are not exported here, and may change in any
+ * release.
  *
  * @example Plan the example edge and list its lanes (binds nothing)
  * ```ts
@@ -44,7 +47,7 @@
 // The lanes, and what their routes are written against.
 export { LANES, localHealthLane, providerHealthLane, publicLane } from "./lanes/mod.ts";
 export { LANE_NAMES, type LaneName } from "./src/ledger/lane_names.ts";
-export type { LaneDescriptor, LaneRoute } from "./src/pipeline/lane_table.ts";
+export type { LaneDescriptor, LaneHandler, LaneRoute } from "./src/pipeline/lane_table.ts";
 export type { RequestContext } from "./src/request/context.ts";
 export type { Reply } from "./src/request/reply.ts";
 
@@ -67,8 +70,14 @@ export { type Edge, type EdgeOptions, startEdge } from "./src/edge/edge.ts";
 // What a running edge hands back.
 export type { EdgeServices, EdgeState } from "./src/pipeline/services.ts";
 export type { Clock, Ledger } from "./src/ledger/ledger.ts";
-export { type LedgerSnapshot, snapshotLedger } from "./src/ledger/snapshot.ts";
-export type { ConfigStore, Generation, OfferOutcome, Rejection } from "./src/live/generations.ts";
+export { type LaneSnapshot, type LedgerSnapshot, snapshotLedger } from "./src/ledger/snapshot.ts";
+export type {
+  ConfigStore,
+  Generation,
+  GenerationSource,
+  OfferOutcome,
+  Rejection,
+} from "./src/live/generations.ts";
 
 // The hub.
 export { type HubConfig, resolveHubConfig } from "./src/hub/config.ts";
@@ -77,5 +86,10 @@ export { type Hub, startHub } from "./src/hub/hub.ts";
 export type { StreamAnswer } from "./src/hub/feed.ts";
 
 // Failures: the kinds the gateway answers itself, and their one envelope.
-export { type FailureKind, failureReply, GatewayError } from "./src/request/errors.ts";
-export type { OverloadKind } from "./src/ledger/overload.ts";
+export {
+  type FailureKind,
+  failureReply,
+  type FailureSource,
+  GatewayError,
+} from "./src/request/errors.ts";
+export { OVERLOAD_KINDS, type OverloadKind } from "./src/ledger/overload.ts";

@@ -14,7 +14,11 @@ import { acmeChallenge } from "../src/tls/acme.ts";
 import { jsonReply } from "../src/request/reply.ts";
 import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
 
-/** What the public lane is given: the runner's services, the dataplane's, and the ACME settings. */
+/**
+ * What the public lane is given: the runner's services, the dataplane's, and the ACME settings.
+ *
+ * @internal
+ */
 export type PublicServices = PipelineServices & DataplaneServices & AcmeServices;
 
 /**

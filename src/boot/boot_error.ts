@@ -10,7 +10,11 @@ export class BootError extends Error {
   /** Every reason, one per line of the message. */
   readonly reasons: readonly string[];
 
-  /** @param reasons why the boot was refused */
+  /**
+   * Collects the reasons into one error whose message lists them, one per line.
+   *
+   * @param reasons why the boot was refused
+   */
   constructor(reasons: readonly string[]) {
     super(reasons.join("\n"));
     this.name = "BootError";

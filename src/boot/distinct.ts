@@ -20,7 +20,11 @@ export interface LaneListener {
   readonly role?: ListenerRole;
 }
 
-/** What a listener of a lane is for. */
+/**
+ * What a listener of a lane is for.
+ *
+ * @internal
+ */
 export type ListenerRole = "acme_http" | "passthrough";
 
 /** `lane "public"`, or `lane "public" (acme_http)` for a companion listener. */

@@ -22,6 +22,7 @@ import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
 
 /** One permission the process must hold, and why. */
 export interface Grant {
+  /** The permission: `--allow-<name>`, or `--ignore-env`. */
   readonly name: "net" | "read" | "write" | "run" | "ignore-env";
   /** The flag value: `host:port`, `unix:/path`, or a path (for run, the program's exact path). */
   readonly value: string;

@@ -387,7 +387,11 @@ export type BootstrapConfig = v.InferOutput<typeof BootstrapSchema>;
 export type LaneListenConfig = v.InferOutput<typeof LaneListeners>;
 /** The public lane's TLS settings. */
 export type TlsConfigInput = v.InferOutput<typeof TlsConfig>;
-/** One lane's ledger settings, as written (the profile applies the defaults). */
+/**
+ * One lane's ledger settings, as written (the profile applies the defaults).
+ *
+ * @internal
+ */
 export interface LaneLedgerConfig {
   /** Slots kept for this lane alone. */
   reserve?: number;

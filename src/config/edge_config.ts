@@ -17,13 +17,21 @@ export type ListenerAddress =
   | { readonly kind: "tcp"; readonly hostname: string; readonly port: number }
   | { readonly kind: "unix"; readonly path: string };
 
-/** One configured lane. */
+/**
+ * One configured lane.
+ *
+ * @internal
+ */
 export interface LaneConfig {
   readonly listen: readonly ListenerAddress[];
   readonly allow?: readonly string[];
 }
 
-/** TLS settings of the public lane, paths resolved. */
+/**
+ * TLS settings of the public lane, paths resolved.
+ *
+ * @internal
+ */
 export interface PublicTls {
   readonly certificates: readonly CertificateSource[];
   readonly minVersion: "TLSv1.2" | "TLSv1.3";
@@ -45,7 +53,9 @@ export interface CertificateSource {
 export interface EdgeConfig {
   /** The config file, as named on the command line. */
   readonly file: string;
+  /** This edge's node id (`node_id`), as the hub and the logs know it. */
   readonly nodeId: string;
+  /** `local`: tenants from a watched folder; `remote`: streamed from a hub. */
   readonly mode: "local" | "remote";
   /** Request workers to run (`auto` resolved to the available cores). */
   readonly workers: number;
@@ -57,6 +67,7 @@ export interface EdgeConfig {
   readonly runtime: RuntimeSource;
   /** Configured lanes only; an absent lane is not served. */
   readonly lanes: Readonly<Partial<Record<LaneName, LaneConfig>>>;
+  /** Connection and request timeouts (ms), and the slowest send rate tolerated. */
   readonly timeouts: {
     readonly headerMs: number;
     readonly idleMs: number;
@@ -73,6 +84,7 @@ export interface EdgeConfig {
     /** Lower case. */
     readonly clientIpHeaders: readonly string[];
   };
+  /** Request-head limits: header bytes, header count, request-target bytes. */
   readonly limits: {
     readonly headerBytes: number;
     readonly headers: number;
@@ -106,7 +118,9 @@ export interface EdgeConfig {
     readonly accessLog: { readonly enabled: boolean; readonly sample: number };
     readonly logLevel: "error" | "warn" | "info" | "debug";
   };
+  /** The ways out to backends: the SOCKS pool, direct targets, breakers, retries. */
   readonly egress: EgressConfig;
+  /** The admission ledger's totals and each lane's settings. */
   readonly ledger: {
     readonly application_slots: number;
     readonly inflight_bytes: number;

@@ -276,6 +276,8 @@ export interface SocksEntry {
  * The egress section as the edge uses it: `socks` is every SOCKS instance it dials — as written,
  * or one per pool port of `transport`. `isolate_tenants` is as written; {@link isolatesTenants}
  * applies its default.
+ *
+ * @internal
  */
 export interface EgressConfig extends Omit<EgressInput, "socks"> {
   readonly socks: readonly SocksEntry[];

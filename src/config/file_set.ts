@@ -10,7 +10,11 @@ import type { ConfigProblem } from "./problems.ts";
 import { readRooted, RootedReadError } from "./rooted_read.ts";
 import { describeIoError } from "./yaml_file.ts";
 
-/** Relative path → contents. */
+/**
+ * Relative path → contents.
+ *
+ * @internal
+ */
 export type FileSet = ReadonlyMap<string, Uint8Array>;
 
 /** Bounds on what a folder may hold, so a stray large file cannot stall a hub or its edges. */

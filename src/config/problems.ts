@@ -24,6 +24,8 @@ export class ConfigError extends Error {
   readonly problems: readonly ConfigProblem[];
 
   /**
+   * Collects the problems into one error whose message lists them, one per line.
+   *
    * @param problems every problem found (at least one)
    */
   constructor(problems: readonly ConfigProblem[]) {

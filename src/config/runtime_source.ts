@@ -31,7 +31,11 @@ export interface HubClientConfig {
   readonly backoffMaxMs: number;
 }
 
-/** Where the tenant set comes from. */
+/**
+ * Where the tenant set comes from.
+ *
+ * @internal
+ */
 export type RuntimeSource =
   | {
     readonly kind: "local";

@@ -37,7 +37,11 @@ import {
 } from "yaml";
 import type { ConfigProblem } from "./problems.ts";
 
-/** A parsed YAML file: its plain value and a way to find where a field path sits. */
+/**
+ * A parsed YAML file: its plain value and a way to find where a field path sits.
+ *
+ * @internal
+ */
 export interface YamlFile {
   readonly file: string;
   readonly value: unknown;

@@ -14,6 +14,7 @@ import type { EdgeServices } from "../pipeline/services.ts";
 
 /** Options for `startEdge`. */
 export interface EdgeOptions {
+  /** The version the edge reports (status pages, metrics, `Server` header). */
   readonly version: string;
   /** The clock of the ledger and the egress (tests inject one). */
   readonly clock?: Clock;

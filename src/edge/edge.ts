@@ -43,6 +43,7 @@ export type { EdgeOptions } from "./boot_context.ts";
 
 /** A running edge. */
 export interface Edge {
+  /** Everything the running edge holds: ledger, config store, observer, state. */
   readonly services: EdgeServices;
   /** Every bound listener, by lane. */
   readonly listeners: readonly { lane: LaneName; address: string }[];

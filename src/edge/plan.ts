@@ -39,13 +39,19 @@ import { compileLane, type LaneDescriptor, type LaneTable } from "../pipeline/la
 
 /** One set of listeners the edge will serve: a lane's own, or a companion of the public lane. */
 export interface PlannedLane<S> {
+  /** The lane compiled: its descriptor, routes and phases. */
   readonly table: LaneTable<S>;
+  /** The addresses to bind. */
   readonly listen: readonly ListenerAddress[];
   /** `serve`: the lane's listeners (TLS on public when configured); else a companion role. */
   readonly role: "serve" | ListenerRole;
 }
 
-/** What a generation was built from: enough to build it again in another worker. */
+/**
+ * What a generation was built from: enough to build it again in another worker.
+ *
+ * @internal
+ */
 export interface RuntimeSnapshot {
   readonly dir: string;
   readonly texts: ReadonlyMap<string, string>;
@@ -60,13 +66,17 @@ export function firstGenerationNumber(runtime: RuntimeSnapshot): number {
 
 /** Everything `serve` needs, checked. */
 export interface EdgePlan<S> {
+  /** The config it was planned from. */
   readonly config: EdgeConfig;
+  /** The ledger profile, validated. */
   readonly profile: Profile;
+  /** Every set of listeners to bind, in lane order. */
   readonly lanes: readonly PlannedLane<S>[];
   /** The first generation's registry. */
   readonly tenants: TenantRegistry;
   /** What the first generation was built from. */
   readonly runtime: RuntimeSnapshot;
+  /** The permissions the process needs for this config, exactly. */
   readonly grants: readonly Grant[];
   /** The open-file limit and what it left the public lane; absent when not measured. */
   readonly descriptors?: DescriptorPlan;

@@ -22,7 +22,11 @@ export interface OwnerCalls {
   drain(): void;
 }
 
-/** One worker's part in a multi-worker edge. */
+/**
+ * One worker's part in a multi-worker edge.
+ *
+ * @internal
+ */
 export interface WorkerRole {
   /** 0 … count − 1; worker 0 owns the runtime source and the Unix sockets. */
   readonly index: number;

@@ -52,7 +52,11 @@ export function emptyCount(): StoreCount {
   };
 }
 
-/** One isolate's store counters, and (in worker 0) the latest counts of every other worker. */
+/**
+ * One isolate's store counters, and (in worker 0) the latest counts of every other worker.
+ *
+ * @internal
+ */
 export class StoreCounters {
   readonly #own = new Map<string, StoreCount>();
   readonly #others = new Map<number, StoreCounts>();

@@ -50,7 +50,11 @@ interface BlockTarget {
   readonly count: StoreCount;
 }
 
-/** The fleet stores of one isolate of an edge. */
+/**
+ * The fleet stores of one isolate of an edge.
+ *
+ * @internal
+ */
 export class FleetStores implements FleetPolicies {
   readonly counters: StoreCounters = new StoreCounters();
   readonly #urls: readonly string[];

@@ -26,11 +26,17 @@ import { type DoorsConfig, resolveDoorsConfig } from "./mirrors/config.ts";
 
 /** A hub config, validated and resolved. */
 export interface HubConfig {
+  /** The config file, as named on the command line. */
   readonly file: string;
+  /** The hub's node id. */
   readonly nodeId: string;
+  /** The runtime folder it serves to edges, resolved. */
   readonly runtimeDir: string;
+  /** Whether the runtime folder is watched for changes. */
   readonly watch: boolean;
+  /** The quiet time before a changed folder is read (ms). */
   readonly debounceMs: number;
+  /** The API listeners edges and doors follow: addresses, TLS, tokens, allowed nodes. */
   readonly api: {
     readonly listen: readonly ListenerAddress[];
     readonly tls?: {
@@ -46,6 +52,7 @@ export interface HubConfig {
   readonly ca?: { readonly files: CaFiles; readonly lifetimeDays: number };
   /** How often revocations (the CRL, removed token files) are looked for. */
   readonly revocationReloadMs: number;
+  /** The health listeners. */
   readonly health: readonly ListenerAddress[];
   /** The SOCKS5-in-mutual-TLS relay (`transport.socks5_tls`), paths resolved. */
   readonly socks5Tls?: HubTlsListener;
@@ -59,12 +66,19 @@ export interface HubConfig {
   readonly torpool?: PoolConfig;
   /** Doors (`doors`): the mirror registry and slugs they are served, and the prober. */
   readonly doors?: DoorsConfig;
+  /** How long a stream request with nothing new is held (ms). */
   readonly holdMs: number;
+  /** Generations kept to answer with a delta. */
   readonly history: number;
+  /** Connection timeouts (ms). */
   readonly timeouts: { readonly headerMs: number; readonly idleMs: number };
 }
 
-/** A mutual-TLS listener of a transport: its address and TLS files. */
+/**
+ * A mutual-TLS listener of a transport: its address and TLS files.
+ *
+ * @internal
+ */
 export interface HubTlsListener {
   readonly listen: ListenerAddress;
   readonly certFile: string;
@@ -72,7 +86,11 @@ export interface HubTlsListener {
   readonly clientCaFile: string;
 }
 
-/** The listener kinds of a hub, as diagnostics name them. */
+/**
+ * The listener kinds of a hub, as diagnostics name them.
+ *
+ * @internal
+ */
 export type HubListenerRole = "api" | "health" | "socks5_tls" | "https_tunnel";
 
 /** The transports' roles: each a listener at `transport.<role>`. */

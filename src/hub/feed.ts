@@ -20,7 +20,11 @@ interface Published {
   readonly files: FileSet;
 }
 
-/** What every answer says about the hub itself. */
+/**
+ * What every answer says about the hub itself.
+ *
+ * @internal
+ */
 export interface HubNote {
   readonly node_id: string;
   readonly generation: number;
@@ -53,7 +57,11 @@ export type StreamAnswer =
     readonly hub: HubNote;
   };
 
-/** The published generations of one hub, newest last. */
+/**
+ * The published generations of one hub, newest last.
+ *
+ * @internal
+ */
 export class ConfigFeed {
   readonly #store: ConfigStore;
   readonly #nodeId: string;

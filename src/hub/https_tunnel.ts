@@ -62,7 +62,11 @@ const REASONS: readonly TunnelRefusal[] = ["node", "request", "dial", "protocol"
 /** Refusals are counted always and logged at most this often per reason. */
 const LOG_INTERVAL_MS = 60_000;
 
-/** The tunnel endpoint's upgrade handler and its stream counts. */
+/**
+ * The tunnel endpoint's upgrade handler and its stream counts.
+ *
+ * @internal
+ */
 export class HttpsTunnel {
   readonly #options: HttpsTunnelOptions;
   readonly #streams: PortStreams;

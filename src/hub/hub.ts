@@ -45,9 +45,13 @@ export type { NodeRecord } from "./routes.ts";
 
 /** A running hub. */
 export interface Hub {
+  /** The served runtime folder's generations. */
   readonly store: ConfigStore;
+  /** The stream edges follow. */
   readonly feed: ConfigFeed;
+  /** Every bound listener, by role. */
   readonly listeners: readonly { role: HubListenerRole; address: string }[];
+  /** The nodes seen, by node id. */
   readonly nodes: ReadonlyMap<string, NodeRecord>;
   /** The SOCKS relay, when `transport.socks5_tls` is configured. */
   readonly relay?: SocksRelay;
@@ -63,6 +67,7 @@ export interface Hub {
   lookForRevocations(): Promise<void>;
   /** Releases held polls, closes every listener. */
   close(): Promise<void>;
+  /** Resolves when the hub has closed. */
   readonly finished: Promise<void>;
 }
 

@@ -23,7 +23,11 @@ import type { HubConfig } from "./config.ts";
 import type { ConfigFeed } from "./feed.ts";
 import type { TlsRefusals } from "./listeners.ts";
 
-/** What the hub knows about one node that follows it. */
+/**
+ * What the hub knows about one node that follows it.
+ *
+ * @internal
+ */
 export interface NodeRecord {
   readonly node_id: string;
   /** When its last poll arrived. */

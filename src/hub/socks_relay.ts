@@ -27,7 +27,11 @@ import tls from "node:tls";
 import { certificateNode, NODE_ID, type RevocationCheck } from "./auth.ts";
 import { pipeToPool, PortStreams } from "./pool_pipe.ts";
 
-/** The pool the relay serves: its host and current ports, and where load is reported. */
+/**
+ * The pool the relay serves: its host and current ports, and where load is reported.
+ *
+ * @internal
+ */
 export interface PoolPorts {
   /** Where every instance listens (an edge names an instance by its port alone). */
   readonly hostname: string;
@@ -84,7 +88,11 @@ export interface SocksRelayOptions {
 /** Refusals are counted always and logged at most this often per reason. */
 const LOG_INTERVAL_MS = 60_000;
 
-/** The relay: a TLS server (bound, armed and closed by `listeners.ts`) and its stream counts. */
+/**
+ * The relay: a TLS server (bound, armed and closed by `listeners.ts`) and its stream counts.
+ *
+ * @internal
+ */
 export class SocksRelay {
   readonly server: tls.Server;
   readonly #options: SocksRelayOptions;

@@ -19,7 +19,11 @@ import { Reservation, type ReservationOwner } from "./reservation.ts";
 /** A monotonic clock in milliseconds. May throw or return NaN when it cannot be read. */
 export type Clock = () => number;
 
-/** Concurrency bookkeeping for one connection (one per accepted socket). */
+/**
+ * Concurrency bookkeeping for one connection (one per accepted socket).
+ *
+ * @internal
+ */
 export interface ConnectionBudget {
   /** Requests from this connection currently admitted. */
   active: number;
@@ -64,13 +68,18 @@ const defaultClock: Clock = () => performance.timeOrigin + performance.now();
  * ```
  */
 export class Ledger implements ReservationOwner {
+  /** The validated profile the ledger enforces. */
   readonly profile: Profile;
+  /** The counters and gauges, in memory request workers can share. */
   readonly memory: LedgerMemory;
+  /** The clock of deadlines and rate budgets. */
   readonly clock: Clock;
   readonly #rates: (CompiledRate | undefined)[];
   readonly #connectionRate?: CompiledRate;
 
   /**
+   * Creates a ledger with every counter at zero (or over shared memory a worker was given).
+   *
    * @param profile a validated profile
    * @param options clock and memory
    */

@@ -75,7 +75,11 @@ export interface LedgerBuffers {
   readonly stripes: number;
 }
 
-/** Typed views over the ledger buffers, with this worker's counter stripe. */
+/**
+ * Typed views over the ledger buffers, with this worker's counter stripe.
+ *
+ * @internal
+ */
 export class LedgerMemory {
   /** Shared gauges; change only through `Atomics`. */
   readonly gauges: Int32Array;

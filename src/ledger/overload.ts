@@ -19,7 +19,11 @@ export const OVERLOAD_KINDS = [
 /** Why an admission was refused. */
 export type OverloadKind = typeof OVERLOAD_KINDS[number];
 
-/** A refused admission: the kind, and for `rate_budget` how long until a token is due. */
+/**
+ * A refused admission: the kind, and for `rate_budget` how long until a token is due.
+ *
+ * @internal
+ */
 export interface Overload {
   readonly overload: OverloadKind;
   /** Milliseconds until a retry can succeed (rate budgets only). */

@@ -60,7 +60,11 @@ export interface LaneProfile {
   readonly priorityReserve: number;
 }
 
-/** The validated profile: every number the ledger enforces. */
+/**
+ * The validated profile: every number the ledger enforces.
+ *
+ * @internal
+ */
 export interface Profile {
   readonly applicationSlots: number;
   readonly inflightBytes: number;

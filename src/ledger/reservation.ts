@@ -13,13 +13,21 @@ export interface ConnectionHold {
   released?(): void;
 }
 
-/** What a reservation needs from the ledger that issued it. */
+/**
+ * What a reservation needs from the ledger that issued it.
+ *
+ * @internal
+ */
 export interface ReservationOwner {
   settle(ticket: Reservation, completed: boolean): void;
   countDoubleRelease(): void;
 }
 
-/** One admitted request's hold on the ledger. */
+/**
+ * One admitted request's hold on the ledger.
+ *
+ * @internal
+ */
 export class Reservation {
   /** The lane the slot was charged to. */
   readonly lane: LaneName;

@@ -11,38 +11,67 @@ import type { Reservation } from "./reservation.ts";
 
 /** One lane's part of a snapshot. */
 export interface LaneSnapshot {
+  /** Whether the lane is configured. */
   enabled: boolean;
+  /** Slots kept for this lane alone. */
   reserve: number;
+  /** The lane's ceiling: its reserve plus what it may borrow. */
   max_slots: number;
+  /** Top slots only routes with priority ≥ 8 may fill (public lane). */
   priority_reserve: number;
+  /** Bytes each admitted request is charged. */
   footprint_bytes: number;
+  /** How long a request on the lane may take. */
   deadline_ms: number;
+  /** The lane's rate budget, or null without one. */
   rate: { per_second: number; burst: number } | null;
+  /** Slots held now. */
   in_use: number;
+  /** Of those, slots taken from the reserve. */
   reserve_in_use: number;
+  /** Requests admitted since start. */
   admitted: number;
+  /** Requests refused by the lane's allowlist. */
   denied_route: number;
+  /** Refusals since start, by overload kind. */
   overload: Record<OverloadKind, number>;
+  /** Connections open now. */
   connections: number;
+  /** Connections the lane may hold at most. */
   max_connections: number;
+  /** Connections accepted since start. */
   connections_accepted: number;
+  /** Connections refused at accept since start. */
   connections_refused: number;
 }
 
 /** The whole ledger at one moment. */
 export interface LedgerSnapshot {
+  /** Each lane's part. */
   lanes: Record<LaneName, LaneSnapshot>;
+  /** Slots in all (`ledger.application_slots`). */
   application_slots: number;
+  /** Slots not reserved to a lane, which the lanes share. */
   general_pool: number;
+  /** General-pool slots held now. */
   general_in_use: number;
+  /** Concurrent requests one connection may have admitted. */
   per_connection: number;
+  /** The byte budget (`ledger.inflight_bytes`). */
   inflight_bytes: number;
+  /** Bytes charged by the requests admitted now. */
   bytes_in_use: number;
+  /** Requests admitted since start, every lane. */
   admitted: number;
+  /** Reservations released after a full response. */
   completed: number;
+  /** Reservations released without one. */
   cancelled: number;
+  /** Reservations held now. */
   outstanding: number;
+  /** Releases of an already released reservation (0 unless there is a bug). */
   double_release: number;
+  /** The most slots ever held at once. */
   high_water_slots: number;
   /** True when every admitted reservation was released exactly once and none is outstanding. */
   release_balanced: boolean;

@@ -24,6 +24,7 @@ export interface Generation {
   readonly source: GenerationSource;
   /** The folder its files are in (body files resolve inside it). */
   readonly dir: string;
+  /** The tenants, compiled: what the dataplane routes with. */
   readonly registry: TenantRegistry;
   /** The files it was built from (name → text). */
   readonly texts: ReadonlyMap<string, string>;
@@ -50,11 +51,15 @@ export interface StoreSharing {
 
 /** A set that was refused, and why. */
 export interface Rejection {
+  /** Wall-clock time of the refusal (ms since the epoch). */
   readonly at: number;
+  /** The refused set's hash. */
   readonly hash: string;
+  /** Where the refused set came from. */
   readonly source: GenerationSource;
   /** The generation number it would have had. */
   readonly number: number;
+  /** Why it was refused: every problem found. */
   readonly problems: readonly ConfigProblem[];
 }
 
@@ -64,7 +69,11 @@ export type OfferOutcome =
   | { readonly outcome: "unchanged"; readonly generation: Generation }
   | { readonly outcome: "rejected"; readonly rejection: Rejection };
 
-/** A file set to offer. */
+/**
+ * A file set to offer.
+ *
+ * @internal
+ */
 export interface Offer {
   /** The folder the files belong to (body files resolve inside it). */
   readonly dir: string;
@@ -121,6 +130,8 @@ export class ConfigStore {
   readonly #prepared = new Map<number, Generation>();
 
   /**
+   * Creates a store whose live generation is `first`.
+   *
    * @param first the generation to start with
    * @param check further rules a set must pass on this process (e.g. every backend reachable)
    * @param sharing request workers: the shared live-generation number, and (owner) how to prepare

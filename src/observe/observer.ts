@@ -124,7 +124,11 @@ export class RequestRecord {
   }
 }
 
-/** The edge's observer. */
+/**
+ * The edge's observer.
+ *
+ * @internal
+ */
 export class Observer {
   readonly tracing: Tracing;
   readonly metrics: RequestMetrics;

@@ -25,6 +25,8 @@ const STRIPE_BYTES = STRIPE_LENGTH * 8;
 /**
  * Per-lane response counters. With request workers, every worker writes its own stripe of one
  * shared buffer and a reading sums the stripes, so any worker reports the whole process.
+ *
+ * @internal
  */
 export class ResponseStats {
   readonly #all: Float64Array;

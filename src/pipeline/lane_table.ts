@@ -17,12 +17,19 @@ export type LaneHandler<S> = (context: RequestContext, services: S) => Reply | P
 
 /** One allowlisted route: exact path, listed methods. */
 export interface LaneRoute<S> {
+  /** The exact path the route answers. */
   readonly path: string;
+  /** The methods it allows; any other gets 405. */
   readonly methods: readonly string[];
+  /** What answers it. */
   readonly handle: LaneHandler<S>;
 }
 
-/** A lane's built-in ledger numbers, used where the config says nothing. */
+/**
+ * A lane's built-in ledger numbers, used where the config says nothing.
+ *
+ * @internal
+ */
 export interface LaneDefaults {
   readonly reserve: number;
   readonly footprint_bytes: number;
@@ -34,12 +41,15 @@ export interface LaneDefaults {
 
 /** A lane: who may reach it, what it serves, what it costs. */
 export interface LaneDescriptor<S> {
+  /** The lane's name, one of {@link LANE_NAMES}. */
   readonly name: LaneName;
   /** One line for `check` and the README. */
   readonly summary: string;
   /** `loopback_or_unix` lanes refuse to bind anything else. */
   readonly reach: "any" | "loopback_or_unix";
+  /** The lane's ledger numbers where the config says nothing. */
   readonly defaults: LaneDefaults;
+  /** The lane's allowlist: every route it serves itself. */
   readonly routes: readonly LaneRoute<S>[];
   /** The phases that serve what the allowlist does not name (the public lane's tenant dataplane). */
   readonly phases?: readonly Phase<S>[];
@@ -49,7 +59,11 @@ export interface LaneDescriptor<S> {
   readonly acme?: LaneDescriptor<S>;
 }
 
-/** A lane with its allowlist compiled (and narrowed by config). */
+/**
+ * A lane with its allowlist compiled (and narrowed by config).
+ *
+ * @internal
+ */
 export interface LaneTable<S> {
   readonly descriptor: LaneDescriptor<S>;
   /** The route for `method path`, or undefined when the allowlist does not name it. */

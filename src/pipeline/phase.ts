@@ -13,7 +13,11 @@ import type { Exchange } from "./exchange.ts";
 /** What a phase decides: a reply answers now; undefined goes on to the next phase. */
 export type PhaseOutcome = Reply | undefined;
 
-/** One named step of a lane's pipeline. */
+/**
+ * One named step of a lane's pipeline.
+ *
+ * @internal
+ */
 export interface Phase<S> {
   /** The phase's name, as docs/architecture.md lists it. */
   readonly name: string;

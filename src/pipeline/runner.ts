@@ -45,7 +45,11 @@ import {
 import type { LaneTable } from "./lane_table.ts";
 import type { Phase, PhaseOutcome } from "./phase.ts";
 
-/** What the runner needs from the edge. */
+/**
+ * What the runner needs from the edge.
+ *
+ * @internal
+ */
 export interface PipelineServices extends LanePhaseServices {
   readonly ledger: Ledger;
   readonly stats: ResponseStats;

@@ -24,7 +24,11 @@ export interface EdgeState {
   draining: boolean;
 }
 
-/** Who this edge is, for status pages and metrics. */
+/**
+ * Who this edge is, for status pages and metrics.
+ *
+ * @internal
+ */
 export interface NodeIdentity {
   readonly nodeId: string;
   readonly version: string;
@@ -34,7 +38,11 @@ export interface NodeIdentity {
   readonly worker: { readonly index: number; readonly count: number };
 }
 
-/** What the operator's routes act on (the `local_health` lane): config, certificates, drain. */
+/**
+ * What the operator's routes act on (the `local_health` lane): config, certificates, drain.
+ *
+ * @internal
+ */
 export interface OperatorServices {
   /** The live configuration generation and the last rejected one. */
   readonly config: ConfigStore;
@@ -52,7 +60,11 @@ export interface OperatorServices {
   readonly files?: DescriptorPlan;
 }
 
-/** The ACME http-01 companion listener's settings (the public lane with ACME). */
+/**
+ * The ACME http-01 companion listener's settings (the public lane with ACME).
+ *
+ * @internal
+ */
 export interface AcmeServices {
   /** The challenge folder, and what everything else gets. */
   readonly acme?: { readonly challengeDir: string; readonly otherwise: "404" | "redirect" };
@@ -65,6 +77,7 @@ export interface AcmeServices {
  */
 export interface EdgeServices
   extends PipelineServices, DataplaneServices, NodeIdentity, OperatorServices, AcmeServices {
+  /** Responses counted by status class and cut-off reason. */
   readonly stats: ResponseStats;
   /** Policy denials and dry-run would-be denials. */
   readonly policyStats: PolicyStats;
@@ -72,6 +85,7 @@ export interface EdgeServices
   readonly storeCounters?: StoreCounters;
   /** Per-request metrics, the access log and traces. */
   readonly observer: Observer;
+  /** Whether the edge is draining. */
   readonly state: EdgeState;
   /** Peers whose X-Forwarded-For is believed (required here: the runner's is optional). */
   readonly trusted: AddressSet;

@@ -34,7 +34,11 @@ import { forwardRequest, prepareForward, type UpstreamServices } from "../proxy/
 import type { Exchange } from "./exchange.ts";
 import type { Phase } from "./phase.ts";
 
-/** What the dataplane needs from the edge. */
+/**
+ * What the dataplane needs from the edge.
+ *
+ * @internal
+ */
 export interface DataplaneServices extends UpstreamServices, PolicyServices {
   /** The tenant registry in force. */
   tenants(): TenantRegistry;

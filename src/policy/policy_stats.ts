@@ -14,6 +14,8 @@ export interface PolicyCounts {
 /**
  * Counters of one edge's policy phase. With request workers, worker 0 also holds the latest counts
  * each other worker sent ({@link PolicyStats.absorb}) and reports the sum.
+ *
+ * @internal
  */
 export class PolicyStats {
   readonly #denied = new Map<string, number>();

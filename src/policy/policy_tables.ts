@@ -15,7 +15,11 @@
  */
 import { ClientTable, keyOf } from "./client_table.ts";
 
-/** The tables and the salt as plain data, for another worker. */
+/**
+ * The tables and the salt as plain data, for another worker.
+ *
+ * @internal
+ */
 export interface SharedTables {
   readonly salt: string;
   readonly tables: readonly (readonly [string, SharedArrayBuffer])[];

@@ -53,7 +53,11 @@ export interface PolicyEnvironment {
   readonly stores?: readonly string[];
 }
 
-/** Every tenant by every name it answers to. */
+/**
+ * Every tenant by every name it answers to.
+ *
+ * @internal
+ */
 export class TenantRegistry {
   readonly #byName: ReadonlyMap<string, Tenant>;
   /** Tenants in file order. */

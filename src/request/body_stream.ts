@@ -8,7 +8,11 @@
  */
 import type http from "node:http";
 
-/** A body to stream; `settle` learns once whether the upstream delivered all of it. */
+/**
+ * A body to stream; `settle` learns once whether the upstream delivered all of it.
+ *
+ * @internal
+ */
 export interface StreamedBody {
   /** Pipes the body into the client response (or raw client socket). */
   pipeTo(

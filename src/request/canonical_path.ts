@@ -58,7 +58,11 @@
 /** What to do with an encoded slash or backslash (%2F, %5C) or a raw backslash. */
 export type EscapedSlashAction = "reject" | "keep" | "decode";
 
-/** How {@link canonicalPath} treats the parts of a path that servers disagree about. */
+/**
+ * How {@link canonicalPath} treats the parts of a path that servers disagree about.
+ *
+ * @internal
+ */
 export interface PathRules {
   /** Merge runs of "/" into one (default true). */
   readonly mergeSlashes: boolean;

@@ -70,7 +70,11 @@ export function parseCidr(text: string): Cidr | string {
   return { family, text: `${address}/${prefix}`, prefix, network, mask };
 }
 
-/** A set of CIDR ranges answering membership for peer addresses. */
+/**
+ * A set of CIDR ranges answering membership for peer addresses.
+ *
+ * @internal
+ */
 export class AddressSet {
   /** How many ranges the set was built from. */
   readonly size: number;

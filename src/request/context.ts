@@ -15,6 +15,8 @@ import type { RequestHead } from "./head.ts";
 /**
  * What the phases write about a request for metrics, the access log and the trace. The observer's
  * record implements it; the pipeline runner owns the rest of the record (spans, status, timing).
+ *
+ * @internal
  */
 export interface RequestNotes {
   /** The tenant's host, once resolved. */
@@ -38,15 +40,22 @@ export interface AttemptNotes {
   failed(kind: string): void;
 }
 
-/** Why an admitted request was given up. */
+/**
+ * Why an admitted request was given up.
+ *
+ * @internal
+ */
 export type AbortCause = "deadline" | "client";
 
 /** One admitted request, as every handler sees it. */
 export interface RequestContext {
   /** The lane fixed by the listener that accepted the connection. */
   readonly lane: LaneName;
+  /** The request head as the head checks accepted it, with its canonical path. */
   readonly head: RequestHead;
+  /** The request headers as received (names in lower case). */
   readonly headers: IncomingHttpHeaders;
+  /** The request id: the client's `X-Request-Id` when acceptable, else a fresh one. */
   readonly requestId: string;
   /** The direct peer's address ("" on a Unix socket). */
   readonly peer: string;

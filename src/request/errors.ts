@@ -210,11 +210,16 @@ const KINDS: Record<FailureKind, KindInfo> = {
 
 /** A classified failure; thrown or returned by a phase, answered by {@link failureReply}. */
 export class GatewayError extends Error {
+  /** The classification, which fixes status and message. */
   readonly kind: FailureKind;
+  /** Who caused it: the client, the upstream, or the gateway. */
   readonly source: FailureSource;
+  /** Whether another attempt may succeed. */
   readonly retryable: boolean;
 
   /**
+   * Classifies a failure; the message is the kind's fixed one.
+   *
    * @param kind the classification
    * @param options the underlying cause (kept for logs, never sent) and retryability
    */

@@ -33,7 +33,11 @@ export function carriesBody(framing: BodyFraming): boolean {
 /** Methods whose requests may not carry a body (RFC 9110 §9.3.1, §9.3.2, §9.3.8). */
 const NO_BODY_METHODS: ReadonlySet<string> = new Set(["GET", "HEAD", "TRACE"]);
 
-/** A request head the gateway accepted, reduced to what the phases need. */
+/**
+ * A request head the gateway accepted, reduced to what the phases need.
+ *
+ * @internal
+ */
 export interface RequestHead {
   readonly method: string;
   /**

@@ -9,7 +9,9 @@ import type { Duplex } from "node:stream";
 
 /** A response a phase produced. */
 export interface Reply {
+  /** The HTTP status. */
   readonly status: number;
+  /** Response headers by name (the writer adds framing and the request id). */
   readonly headers?: Readonly<Record<string, string>>;
   /** A fixed body. */
   readonly body?: string | Uint8Array;

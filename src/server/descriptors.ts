@@ -27,7 +27,11 @@
  */
 import fs from "node:fs";
 
-/** The open-file limit as measured. */
+/**
+ * The open-file limit as measured.
+ *
+ * @internal
+ */
 export interface DescriptorLimit {
   /** The limit, or (when `exact` is false) a number it is at least. */
   readonly limit: number;
@@ -211,7 +215,11 @@ export class DescriptorWatch {
   }
 }
 
-/** The open-file limit as planned with (see server/descriptors.ts). */
+/**
+ * The open-file limit as planned with (see server/descriptors.ts).
+ *
+ * @internal
+ */
 export interface DescriptorPlan {
   readonly limit: DescriptorLimit;
   /** Descriptors kept away from public connections. */

@@ -14,7 +14,11 @@ import { validateFile } from "../config/validate.ts";
 import type { YamlFile } from "../config/yaml_file.ts";
 import { type PoolConfigInput, PoolConfigSchema } from "./schema.ts";
 
-/** A pool config, validated and resolved. */
+/**
+ * A pool config, validated and resolved.
+ *
+ * @internal
+ */
 export interface PoolConfig {
   readonly file: string;
   readonly torBinary: string;

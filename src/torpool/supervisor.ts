@@ -39,7 +39,11 @@ export interface PortLoad {
   readonly error?: boolean;
 }
 
-/** A running pool. Start one with {@link TorPool.start}. */
+/**
+ * A running pool. Start one with {@link TorPool.start}.
+ *
+ * @internal
+ */
 export class TorPool {
   readonly config: PoolConfig;
   readonly timings: Timings;

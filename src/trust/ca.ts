@@ -41,7 +41,11 @@ export type { CsrRefusal } from "./csr.ts";
 export type { IssuedCertificate } from "./issued_index.ts";
 export { certificateNotAfter, certificateSerial } from "./pem.ts";
 
-/** The files of a CA folder. */
+/**
+ * The files of a CA folder.
+ *
+ * @internal
+ */
 export interface CaFiles {
   dir: string;
   rootCert: string;

@@ -12,7 +12,11 @@ import type { DoorsInput } from "./schema.ts";
 /** Where the check-host.net client connects: its only grant. */
 export const CHECK_HOST_ADDRESS = "check-host.net:443";
 
-/** The `doors:` fragment, validated and resolved. */
+/**
+ * The `doors:` fragment, validated and resolved.
+ *
+ * @internal
+ */
 export interface DoorsConfig {
   /** The folder of `<host>.yaml` mirror files. */
   readonly mirrorsDir: string;

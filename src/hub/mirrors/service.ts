@@ -43,7 +43,11 @@ export interface DoorRecord {
   polls: number;
 }
 
-/** The door stream of one hub, from start to stop. */
+/**
+ * The door stream of one hub, from start to stop.
+ *
+ * @internal
+ */
 export class DoorService {
   /** The doors seen, by node id. */
   readonly doors: Map<string, DoorRecord> = new Map();
