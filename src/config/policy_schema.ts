@@ -176,7 +176,7 @@ export const GlobalsSchema = v.strictObject({
 });
 
 /** A policy's switch: `on`, `off`, or `dry_run` (evaluate, log, count, let the request through). */
-export type PolicyMode = "on" | "off" | "dry_run";
+export type PolicyModeSetting = "on" | "off" | "dry_run";
 
 /** How a blocked request is answered: dropped, 404, 429, or held until its deadline. */
 export type BlockAnswer = "drop" | "404" | "429" | "timeout";
@@ -206,7 +206,7 @@ export interface RateStoreConfig {
 /** `policies.rate_limit`: a token bucket per client. */
 export interface RateLimitPolicy {
   /** On, off or dry run. */
-  mode: PolicyMode;
+  mode: PolicyModeSetting;
   /** Tokens refilled per second, per client. */
   per_second: number;
   /** Requests a client may send back to back. */
@@ -222,7 +222,7 @@ export interface RateLimitPolicy {
 /** `policies.caps`: size limits on the request head, URL and body. */
 export interface CapsPolicy {
   /** On, off or dry run. */
-  mode: PolicyMode;
+  mode: PolicyModeSetting;
   /** Header fields at most. */
   max_headers: number;
   /** Bytes of the whole header block at most. */
@@ -236,7 +236,7 @@ export interface CapsPolicy {
 /** `policies.waf`: the built-in SQL injection, XSS and traversal checks. */
 export interface WafPolicy {
   /** On, off or dry run. */
-  mode: PolicyMode;
+  mode: PolicyModeSetting;
   /** Check for SQL injection. */
   sqli: boolean;
   /** Check for cross-site scripting. */
@@ -262,7 +262,7 @@ export interface BlocklistRule {
 /** `policies.blocklist`: rules that refuse matching requests. */
 export interface BlocklistPolicy {
   /** On, off or dry run. */
-  mode: PolicyMode;
+  mode: PolicyModeSetting;
   /** The rules, tried in order. */
   rules: BlocklistRule[];
   /** Matches from one client within `window_ms` that put it on the TTL blocklist (0: never). */
@@ -274,7 +274,7 @@ export interface BlocklistPolicy {
 /** `policies.ttl_block`: clients blocked for a while after the other policies flagged them. */
 export interface TtlBlockPolicy {
   /** On, off or dry run. */
-  mode: PolicyMode;
+  mode: PolicyModeSetting;
   /** How long a client stays blocked. */
   ttl_ms: number;
   /** How a blocked client's request is answered. */
@@ -288,7 +288,7 @@ export interface TtlBlockPolicy {
 /** `policies.security_headers`: response headers the gateway sets and removes. */
 export interface SecurityHeadersPolicy {
   /** On, off or dry run. */
-  mode: PolicyMode;
+  mode: PolicyModeSetting;
   /** `Strict-Transport-Security` (never sent on plain HTTP), or `false`. */
   hsts: string | false;
   /** `X-Content-Type-Options: nosniff`. */
