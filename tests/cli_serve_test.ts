@@ -1,6 +1,8 @@
 /**
  * `serve` as a subprocess, the way an operator runs it: the permission audit (ambient authority,
  * a missing listener grant), bind failures, a boot with the derived flags, and a clean SIGTERM exit.
+ * Everything a server writes on stderr is a JSON line with `time`, `level` and `msg`
+ * (src/observe/diag.ts), its refusals included; the assertions read the messages.
  *
  * @module
  */
@@ -16,6 +18,7 @@ import {
 } from "./fixtures/gateway.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { connectionRefused } from "./fixtures/in_process.ts";
+import { diagLines, messages } from "./fixtures/diag_lines.ts";
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
 
@@ -71,10 +74,12 @@ Deno.test("cli serve: -A or --allow-all refuses to boot and never binds a port",
     for (const flag of ["-A", "--allow-all"]) {
       const run = await serveUntilExit([flag], dir.config, ports.public);
       assert.equal(run.code, 1, run.stderr);
-      assert.match(run.stderr, /^portcullis: Unscoped --allow-net \(or -A\) grants every host/m);
-      assert.match(run.stderr, /^portcullis: --allow-run grants running programs/m);
-      assert.match(run.stderr, /^portcullis: boot refused; run with: deno run --allow-net=/m);
-      assert.doesNotMatch(run.stderr, /listening|ready/);
+      const said = messages(run.stderr);
+      assert.match(said, /^Unscoped --allow-net \(or -A\) grants every host/m);
+      assert.match(said, /^--allow-run grants running programs/m);
+      assert.match(said, /^boot refused; run with: deno run --allow-net=/m);
+      assert.doesNotMatch(said, /listening|ready/);
+      assert.equal(diagLines(run.stderr).at(-1)?.level, "error");
       assert.ok(run.probes > 0, "the port was probed while the process ran");
       assert.equal(run.bound, false, `${flag}: the public port was never bound`);
     }
@@ -118,9 +123,9 @@ Deno.test("cli serve: a missing listener grant refuses, naming the flag and the 
     const run = await serveUntilExit(flags, dir.config, ports.public);
     assert.equal(run.code, 1, run.stderr);
     assert.match(
-      run.stderr,
+      messages(run.stderr),
       new RegExp(
-        `^portcullis: Missing --allow-net=127\\.0\\.0\\.1:${ports.provider_health} ` +
+        `^Missing --allow-net=127\\.0\\.0\\.1:${ports.provider_health} ` +
           `\\(needed by the lane "provider_health" listener\\)$`,
         "m",
       ),
@@ -142,16 +147,21 @@ Deno.test("cli serve: a port already in use exits 1 naming the lane, and frees t
       ports.local_health,
     );
     assert.equal(run.code, 1, run.stderr);
+    const said = messages(run.stderr);
     assert.match(
-      run.stderr,
+      said,
       new RegExp(
-        `^portcullis: Cannot bind lane "provider_health" on 127\\.0\\.0\\.1:` +
+        `^Cannot bind lane "provider_health" on 127\\.0\\.0\\.1:` +
           `${ports.provider_health}: address already in use$`,
         "m",
       ),
     );
-    assert.match(run.stderr, /^portcullis: boot refused$/m);
-    assert.doesNotMatch(run.stderr, /portcullis: ready/);
+    assert.match(said, /^boot refused$/m);
+    assert.doesNotMatch(said, /^ready/m);
+    // The refusal is JSON like every other line, at level error.
+    const refused = diagLines(run.stderr).filter((line) => line.msg === "boot refused");
+    assert.equal(refused.length, 1);
+    assert.equal(refused[0].level, "error");
     assert.equal(await connectionRefused(ports.public), true, "public was released");
     assert.equal(await connectionRefused(ports.local_health), true);
   } finally {
@@ -169,10 +179,34 @@ Deno.test("cli serve: SIGTERM drains and exits 0", async () => {
     const status = await gateway.stop("SIGTERM");
     assert.equal(status.code, 0, gateway.stderr);
     assert.equal(status.success, true);
-    assert.match(gateway.stderr, /^portcullis: draining: public admission stopped$/m);
-    assert.match(gateway.stderr, /^portcullis: drained$/m);
+    assert.match(messages(gateway.stderr), /^draining: public admission stopped$/m);
+    assert.match(messages(gateway.stderr), /^drained$/m);
     assert.equal(await connectionRefused(ports.public), true);
     assert.equal(await connectionRefused(ports.local_health), true);
+  } finally {
+    await gateway.dispose();
+  }
+});
+
+Deno.test("cli serve: every stderr line of a booted edge is JSON with time, level and msg", async () => {
+  const ports = lanePorts();
+  const gateway = await Gateway.start(await writeConfig(proofConfig(ports)), ports);
+  try {
+    await request(ports.public, { path: "/", headers: [["Host", "demo.test"]] });
+    await gateway.stop("SIGTERM");
+    const logged = diagLines(gateway.stderr);
+    assert.ok(logged.length >= 4, gateway.stderr);
+    for (const line of logged) {
+      assert.deepEqual(Object.keys(line).slice(0, 3), ["time", "level", "msg"]);
+      assert.equal(new Date(line.time).toISOString(), line.time, "ISO 8601 time");
+      assert.ok(!line.msg.startsWith("portcullis:"), line.msg);
+    }
+    const ready = logged.find((line) => line.msg.startsWith("ready: node "));
+    assert.equal(ready?.level, "info");
+    // The public request worker's lines say which worker wrote them.
+    const listening = logged.filter((line) => /lane "public" listening on /.test(line.msg));
+    assert.deepEqual(listening.map((line) => line.worker), [1]);
+    assert.ok(logged.some((line) => line.msg === "drained"));
   } finally {
     await gateway.dispose();
   }

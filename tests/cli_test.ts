@@ -13,9 +13,11 @@ import {
   proofConfig,
   READ_ONLY,
   runCli,
+  runMain,
   writeConfig,
 } from "./fixtures/gateway.ts";
 import type { ConfigObject } from "./fixtures/in_process.ts";
+import { diagLines } from "./fixtures/diag_lines.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const EXAMPLE = `${ROOT}deploy/example/config.yaml`;
@@ -38,14 +40,70 @@ Deno.test("cli --version: prints the deno.json version and exits 0", async () =>
   assert.equal(result.stdout, "portcullis 0.1.0\n");
 });
 
-Deno.test("cli usage: no arguments, or too many, print the usage and exit 2", async () => {
-  const none = await runCli([], []);
+Deno.test("cli usage: no arguments, or too many, say what is wrong and exit 2", async () => {
+  const none = await runMain([]);
   assert.equal(none.code, 2);
-  assert.match(none.stderr, /^portcullis: missing config file\nusage: portcullis \[serve\]/);
+  assert.match(none.stderr, /^portcullis: missing verb or config file\nrun `portcullis help`/);
   assert.equal(none.stdout, "");
-  const extra = await runCli(READ_ONLY, ["check", "a.yaml", "b.yaml"]);
+  const extra = await runMain(["check", "a.yaml", "b.yaml"]);
   assert.equal(extra.code, 2);
-  assert.match(extra.stderr, /^portcullis: unexpected arguments\nusage:/);
+  assert.match(extra.stderr, /^portcullis: check takes a config file, not "a\.yaml" "b\.yaml"\n/);
+  assert.match(extra.stderr, /^usage:\n {2}portcullis check <config\.yaml \|/m);
+  const option = await runMain(["check", "--verbose"]);
+  assert.equal(option.code, 2);
+  assert.match(option.stderr, /^portcullis: check takes a config file, not "--verbose"/);
+});
+
+Deno.test("cli: an unknown verb is named with the verb it looks like, not read as a file", async () => {
+  const typo = await runMain(["chek", "x"]);
+  assert.equal(typo.code, 2);
+  assert.equal(typo.stdout, "");
+  assert.match(typo.stderr, /^portcullis: unknown verb chek; did you mean check\?\n/);
+  const alone = await runMain(["flgs"]);
+  assert.equal(alone.code, 2);
+  assert.match(alone.stderr, /^portcullis: unknown verb flgs; did you mean flags\?\n/);
+  const far = await runMain(["deploy", "config.yaml"]);
+  assert.equal(far.code, 2);
+  assert.match(far.stderr, /^portcullis: unknown verb deploy\n/);
+  // A path is still the default verb's config file: missing, it is a config problem (exit 1),
+  // said as a server says everything on stderr (JSON lines).
+  const missing = await runCli(READ_ONLY, ["nowhere/config.yaml"]);
+  assert.equal(missing.code, 1);
+  const [problem, summary] = diagLines(missing.stderr);
+  assert.equal(problem.level, "error");
+  assert.match(problem.msg, /^nowhere\/config\.yaml: .*Cannot read file/);
+  assert.equal(summary.msg, "1 problem(s); nothing was started");
+});
+
+Deno.test("cli help: help, --help and -h print the usage once per verb and exit 0", async () => {
+  for (const args of [["help"], ["--help"], ["-h"]]) {
+    const result = await runMain(args);
+    assert.equal(result.code, 0, args.join(" "));
+    assert.equal(result.stderr, "");
+    const checks = result.stdout.split("\n").filter((line) => /^ {2}portcullis check /.test(line));
+    assert.equal(checks.length, 1, `check is listed once:\n${result.stdout}`);
+    for (const verb of ["serve", "flags", "hub", "torpool", "probe", "help"]) {
+      assert.match(result.stdout, new RegExp(`portcullis (\\[)?${verb}`), verb);
+    }
+    assert.match(result.stdout, /^exit status:\n {2}0 {2}done/m);
+    assert.match(result.stdout, /^ {2}2 {2}usage/m);
+    assert.match(result.stdout, /^ {2}3 {2}stopped because the hub revoked this node/m);
+  }
+});
+
+Deno.test("cli help: one verb's usage for `<verb> --help` and `help <verb>`", async () => {
+  for (const args of [["check", "--help"], ["help", "check"], ["check", "-h", "x.yaml"]]) {
+    const result = await runMain(args);
+    assert.equal(result.code, 0, args.join(" "));
+    assert.match(result.stdout, /^usage:\n {2}portcullis check </);
+    assert.doesNotMatch(result.stdout, /portcullis flags /, "only check's usage");
+    assert.match(result.stdout, /^exit status:/m);
+  }
+  const fleet = await runMain(["hub", "--help"]);
+  assert.match(fleet.stdout, /portcullis hub add-node <hub\.yaml> <node_id>/);
+  const wrong = await runMain(["help", "chek"]);
+  assert.equal(wrong.code, 2);
+  assert.match(wrong.stderr, /^portcullis: unknown verb chek; did you mean check\?/);
 });
 
 Deno.test("cli check: the example config prints a summary of lanes, ledger, tenants, flags", async () => {

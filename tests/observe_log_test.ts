@@ -1,13 +1,21 @@
 /**
- * Unit tests for the observation helpers: `anonymizeIp`, `TenantLabels`, `AccessLog`, `shouldLog`
- * and `diagnostics`.
+ * Unit tests for the observation helpers: `anonymizeIp`, `TenantLabels`, `AccessLog`, `shouldLog`,
+ * the access log's user agent and protocol fields, and the diagnostic log (`diagnostics`).
  *
  * @module
  */
 import assert from "node:assert/strict";
 import { anonymizeIp } from "../src/observe/anonymize.ts";
 import { LABEL_CACHE_LIMIT, TenantLabels, UNLABELLED } from "../src/observe/tenant_label.ts";
-import { type AccessEntry, AccessLog, diagnostics, shouldLog } from "../src/observe/access_log.ts";
+import {
+  type AccessEntry,
+  AccessLog,
+  protocolField,
+  shouldLog,
+  USER_AGENT_CHARS,
+  userAgentField,
+} from "../src/observe/access_log.ts";
+import { diagnostics, diagnosticSink, formatLine, readLine } from "../src/observe/diag.ts";
 
 const SALT_A = new TextEncoder().encode("salt-a-0123456789abcdef");
 const SALT_B = new TextEncoder().encode("salt-b-0123456789abcdef");
@@ -24,6 +32,8 @@ function entry(overrides: Partial<AccessEntry> = {}): AccessEntry {
     tenant: "0123456789abcdef",
     route: "api",
     method: "GET",
+    path: "/v1/items",
+    protocol: "HTTP/1.1",
     status: 200,
     bytes_in: 10,
     bytes_out: 20,
@@ -222,7 +232,13 @@ Deno.test("UNLABELLED is the '-' placeholder", () => {
 
 Deno.test("AccessLog.log() writes one JSON line with keys in interface order", () => {
   const { log, lines } = collecting(1);
-  log.log(entry({ outcome: "upstream_timeout", retries: 1, attempts: 2, upstream_ms: 4 }));
+  log.log(entry({
+    outcome: "upstream_timeout",
+    retries: 1,
+    attempts: 2,
+    upstream_ms: 4,
+    user_agent: "curl/8.5.0",
+  }));
   log.log(entry({ client: "2001:db8::" }));
   assert.equal(lines.length, 2);
   assert.ok(lines.every((line) => !line.includes("\n")));
@@ -233,6 +249,8 @@ Deno.test("AccessLog.log() writes one JSON line with keys in interface order", (
     "tenant",
     "route",
     "method",
+    "path",
+    "protocol",
     "status",
     "bytes_in",
     "bytes_out",
@@ -242,12 +260,14 @@ Deno.test("AccessLog.log() writes one JSON line with keys in interface order", (
     "retries",
     "outcome",
     "client",
+    "user_agent",
   ]);
   assert.equal(
     lines[1],
     '{"time":"2025-01-01T00:00:00.000Z","request_id":"req-1","lane":"public",' +
-      '"tenant":"0123456789abcdef","route":"api","method":"GET","status":200,"bytes_in":10,' +
-      '"bytes_out":20,"duration_ms":5,"client":"2001:db8::"}',
+      '"tenant":"0123456789abcdef","route":"api","method":"GET","path":"/v1/items",' +
+      '"protocol":"HTTP/1.1","status":200,"bytes_in":10,"bytes_out":20,"duration_ms":5,' +
+      '"client":"2001:db8::"}',
   );
   assert.equal(log.written, 2);
 });
@@ -324,22 +344,80 @@ Deno.test("shouldLog() skips every local_health request and provider_health /hea
   }
 });
 
-Deno.test("diagnostics() writes the configured level and more severe, prefixed", () => {
+Deno.test("userAgentField() cuts at 128 characters and escapes control characters", () => {
+  assert.equal(
+    userAgentField("Mozilla/5.0 (X11; Linux x86_64)"),
+    "Mozilla/5.0 (X11; Linux x86_64)",
+  );
+  assert.equal(userAgentField(undefined), undefined);
+  assert.equal(userAgentField(""), "");
+  assert.equal(userAgentField("a\u001b[2Jb\u007fc\u009bd\te"), "a\\x1b[2Jb\\x7fc\\x9bd\\x09e");
+  assert.equal(userAgentField("line\r\nforged: yes"), "line\\x0d\\x0aforged: yes");
+  const long = userAgentField("x".repeat(1000))!;
+  assert.equal(long.length, USER_AGENT_CHARS);
+  assert.equal(USER_AGENT_CHARS, 128);
+  assert.equal(userAgentField(["a", "b"]), "a, b");
+  // Cut before escaping: an escape at the edge is whole, never half of \xNN.
+  assert.equal(userAgentField("x".repeat(127) + "\u0001")!.slice(127), "\\x01");
+});
+
+Deno.test("protocolField() names HTTP/1.0, HTTP/1.1 and HTTP/2", () => {
+  assert.equal(protocolField("1.0"), "HTTP/1.0");
+  assert.equal(protocolField("1.1"), "HTTP/1.1");
+  assert.equal(protocolField("2.0"), "HTTP/2");
+  assert.equal(protocolField(undefined), "HTTP/1.1");
+});
+
+Deno.test("readLine() turns a 'portcullis: …' sentence into a level and a message", () => {
+  const table: [string, string, string][] = [
+    ["portcullis: ready: node e1, 3 lanes", "info", "ready: node e1, 3 lanes"],
+    ["portcullis: warning: cannot watch /etc", "warn", "cannot watch /etc"],
+    [
+      "portcullis: error: public request worker 2 stopped",
+      "error",
+      "public request worker 2 stopped",
+    ],
+    ["portcullis: info: attempt failed; retried", "info", "attempt failed; retried"],
+    [
+      "portcullis: egress: info: instance 1 failed (retried)",
+      "info",
+      "egress: info: instance 1 failed (retried)",
+    ],
+    ["portcullis: tls: x warning: y", "warn", "tls: x warning: y"],
+    ["portcullis: config rejected: t.yaml: bad", "error", "config rejected: t.yaml: bad"],
+    ["portcullis: request r1 failed internally", "error", "request r1 failed internally"],
+    ["portcullis: config accepted, generation 3", "info", "config accepted, generation 3"],
+    ["no prefix at all", "info", "no prefix at all"],
+  ];
+  for (const [text, level, msg] of table) assert.deepEqual(readLine(text), { level, msg }, text);
+});
+
+Deno.test("diagnostics() writes JSON lines: time, level, msg first, then the line's fields", () => {
   const lines: string[] = [];
-  const log = diagnostics("info", (line) => lines.push(line));
-  log.error("request r1 failed internally");
-  log.warn("cannot watch /etc");
-  log.warn("portcullis: warning: already prefixed");
-  log.warn("portcullis: half prefixed");
-  log.info("portcullis: listening");
-  log.debug("noise");
-  assert.deepEqual(lines, [
-    "portcullis: request r1 failed internally",
-    "portcullis: warning: cannot watch /etc",
-    "portcullis: warning: already prefixed",
-    "portcullis: warning: half prefixed",
-    "portcullis: listening",
+  const now = () => new Date("2025-01-01T00:00:00.000Z");
+  const log = diagnostics({ write: (line) => lines.push(line), now, fields: { worker: 2 } });
+  log.line("portcullis: warning: salt unreadable");
+  log.error("request r1 failed", { request_id: "r1", time: "forged", msg: "forged" });
+  log.info("multi\nline \u001b[31m");
+  assert.deepEqual(lines.map((line) => JSON.parse(line)), [
+    { time: "2025-01-01T00:00:00.000Z", level: "warn", msg: "salt unreadable", worker: 2 },
+    {
+      time: "2025-01-01T00:00:00.000Z",
+      level: "error",
+      msg: "request r1 failed",
+      worker: 2,
+      request_id: "r1",
+    },
+    { time: "2025-01-01T00:00:00.000Z", level: "info", msg: "multi\nline \u001b[31m", worker: 2 },
   ]);
+  for (const line of lines) {
+    assert.ok(!line.includes("\n"), "one physical line each");
+    assert.deepEqual(Object.keys(JSON.parse(line)).slice(0, 3), ["time", "level", "msg"]);
+  }
+  assert.equal(
+    formatLine(now(), "info", "x", { skipped: undefined }),
+    '{"time":"2025-01-01T00:00:00.000Z","level":"info","msg":"x"}',
+  );
 });
 
 Deno.test("diagnostics() filters by each level", () => {
@@ -351,19 +429,28 @@ Deno.test("diagnostics() filters by each level", () => {
   };
   for (const level of ["error", "warn", "info", "debug"] as const) {
     const seen: string[] = [];
-    const log = diagnostics(level, (line) => seen.push(line.slice(-1)));
+    const log = diagnostics({ level, write: (line) => seen.push(JSON.parse(line).msg) });
     log.error("e");
     log.warn("w");
     log.info("i");
     log.debug("d");
     assert.deepEqual(seen, expected[level], level);
   }
+  const sunk: string[] = [];
+  const sink = diagnosticSink({ level: "warn", write: (line) => sunk.push(line) });
+  sink("portcullis: listening");
+  sink("portcullis: cannot bind");
+  assert.deepEqual(sunk.map((line) => JSON.parse(line).level), ["error"]);
 });
 
 Deno.test("diagnostics() refuses an unknown level and survives a failing writer", () => {
-  assert.throws(() => diagnostics("loud" as "info"), RangeError);
-  const log = diagnostics("debug", () => {
-    throw new Error("closed");
+  assert.throws(() => diagnostics({ level: "loud" as "info" }), RangeError);
+  const log = diagnostics({
+    level: "debug",
+    write: () => {
+      throw new Error("closed");
+    },
   });
   log.error("still fine");
+  log.line("portcullis: still fine");
 });

@@ -28,6 +28,7 @@
  * @module
  */
 import { dirname, join, resolve } from "node:path";
+import { type Diagnostics, diagnostics } from "../observe/diag.ts";
 import { formatFlags, type Grant, isAuthority } from "./flags.ts";
 
 /** Answers a permission query without prompting (`Deno.permissions.querySync` in production). */
@@ -302,21 +303,24 @@ function missing({ grants, granted }: Audit): string[] {
 }
 
 /**
- * Runs the audit before a boot and reports it the one way every role does, on stderr: each
- * warning, and each refusal followed by the flags to run with.
+ * Runs the audit before a boot and reports it the one way every role does, on stderr as the
+ * diagnostic log's JSON lines (observe/diag.ts): each warning, and each refusal followed by the
+ * flags to run with.
  *
  * @param grants the config's grants
  * @param query how a permission is looked up (tests pass one)
+ * @param log where the lines go (default: the diagnostic log on stderr)
  * @returns true when the boot may go on; false when it is refused (exit status 1)
  */
 export function auditBeforeBoot(
   grants: readonly Grant[],
   query: PermissionQuery = queryDeno,
+  log: Diagnostics = diagnostics(),
 ): boolean {
   const audit = auditPermissions(grants, query);
-  for (const warning of audit.warnings) console.error(`portcullis: warning: ${warning}`);
+  for (const warning of audit.warnings) log.warn(warning);
   if (audit.refusals.length === 0) return true;
-  for (const refusal of audit.refusals) console.error(`portcullis: ${refusal}`);
-  console.error(`portcullis: boot refused; run with: deno run ${formatFlags(grants)} ...`);
+  for (const refusal of audit.refusals) log.error(refusal);
+  log.error(`boot refused; run with: deno run ${formatFlags(grants)} ...`);
   return false;
 }

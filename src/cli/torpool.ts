@@ -7,6 +7,7 @@
  * @module
  */
 import { auditBeforeBoot, type PermissionQuery } from "../boot/audit.ts";
+import { type Diagnostics, diagnostics } from "../observe/diag.ts";
 import { CODE_GRANTS, formatFlags, type Grant } from "../boot/flags.ts";
 import { ConfigError } from "../config/problems.ts";
 import { readYaml } from "../config/yaml_file.ts";
@@ -43,6 +44,7 @@ export async function runTorpoolVerb(
 ): Promise<number> {
   const grants = torpoolGrants(config);
   if (verb === "flags") {
+    await checkBinary(config); // flags refuses what check refuses
     console.log(formatFlags(grants));
     return 0;
   }
@@ -58,32 +60,33 @@ export async function runTorpoolVerb(
     );
     return 2;
   }
-  if (!auditBeforeBoot(grants, query)) return 1;
-  return await serve(config);
+  const log = diagnostics();
+  if (!auditBeforeBoot(grants, query, log)) return 1;
+  return await serve(config, log);
 }
 
 /** Starts the pool and its API; stops both on SIGINT or SIGTERM. */
-async function serve(config: PoolConfig): Promise<number> {
+async function serve(config: PoolConfig, log: Diagnostics): Promise<number> {
   let running: RunningPool;
   try {
-    running = await runPool(config);
+    running = await runPool(config, { log: (line) => log.line(`torpool: ${line}`) });
   } catch (error) {
-    console.error(`portcullis: ${(error as Error).message}`);
+    log.error((error as Error).message);
     return 1;
   }
   const { promise: stopped, resolve } = Promise.withResolvers<string>();
   const onSignal = (signal: Deno.Signal) => () => resolve(signal);
   const handlers = (["SIGINT", "SIGTERM"] as const).map((s) => [s, onSignal(s)] as const);
   for (const [signal, handler] of handlers) Deno.addSignalListener(signal, handler);
-  console.error(
-    `portcullis: torpool ready: ${config.minInstances}–${config.maxInstances} Tor instances, ` +
+  log.info(
+    `torpool ready: ${config.minInstances}–${config.maxInstances} Tor instances, ` +
       `SOCKS ${config.listen}:${config.socksBasePort}+i, API ${config.apiSocket}`,
   );
   const signal = await stopped;
-  console.error(`portcullis: torpool: ${signal}: stopping every instance`);
+  log.info(`torpool: ${signal}: stopping every instance`);
   await running.close();
   for (const [name, handler] of handlers) Deno.removeSignalListener(name, handler);
-  console.error("portcullis: torpool stopped");
+  log.info("torpool stopped");
   return 0;
 }
 

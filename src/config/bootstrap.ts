@@ -331,6 +331,11 @@ export const BootstrapSchema = v.strictObject({
             ),
             1,
           ),
+          /**
+           * Write the request's query beside its path. Off by default: a query often carries
+           * tokens and personal data.
+           */
+          query: v.optional(v.boolean("Expected true or false"), false),
         }),
         {},
       ),

@@ -115,7 +115,12 @@ export interface EdgeConfig {
   /** Tenant-label salt, access log and diagnostics. */
   readonly observe: {
     readonly saltFile?: string;
-    readonly accessLog: { readonly enabled: boolean; readonly sample: number };
+    readonly accessLog: {
+      readonly enabled: boolean;
+      readonly sample: number;
+      /** Write the query beside the path (off: a query often carries tokens). */
+      readonly query: boolean;
+    };
     readonly logLevel: "error" | "warn" | "info" | "debug";
   };
   /** The ways out to backends: the SOCKS pool, direct targets, breakers, retries. */

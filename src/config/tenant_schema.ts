@@ -7,6 +7,58 @@ import * as v from "valibot";
 import { HostPort } from "./egress_schema.ts";
 import { PoliciesSchema } from "./policy_schema.ts";
 import { Text, wholeNumber } from "./fields.ts";
+import { closest } from "./suggest.ts";
+
+/**
+ * The request methods the edge's HTTP parser accepts (node:http's `METHODS`): a route naming any
+ * other could never match, so a slip like `HEDA` is refused instead of routing nothing.
+ */
+export const METHODS: readonly string[] = [
+  "ACL",
+  "BIND",
+  "CHECKOUT",
+  "CONNECT",
+  "COPY",
+  "DELETE",
+  "GET",
+  "HEAD",
+  "LINK",
+  "LOCK",
+  "M-SEARCH",
+  "MERGE",
+  "MKACTIVITY",
+  "MKCALENDAR",
+  "MKCOL",
+  "MOVE",
+  "NOTIFY",
+  "OPTIONS",
+  "PATCH",
+  "POST",
+  "PROPFIND",
+  "PROPPATCH",
+  "PURGE",
+  "PUT",
+  "QUERY",
+  "REBIND",
+  "REPORT",
+  "SEARCH",
+  "SOURCE",
+  "SUBSCRIBE",
+  "TRACE",
+  "UNBIND",
+  "UNLINK",
+  "UNLOCK",
+  "UNSUBSCRIBE",
+];
+
+/** `HEDA is not a method; did you mean HEAD?` */
+function methodMessage(issue: { readonly input: unknown }): string {
+  const written = String(issue.input);
+  const guess = closest(written, METHODS);
+  return guess
+    ? `${written} is not a method; did you mean ${guess}?`
+    : `${written} is not a method (expected an upper-case method such as GET or POST)`;
+}
 
 /** A lower-case DNS name (`.onion` names included); no port, no trailing dot. */
 export const HostName = v.pipe(
@@ -66,7 +118,10 @@ const Match = v.strictObject({
   methods: v.optional(
     v.pipe(
       v.array(
-        v.pipe(v.string(), v.regex(/^[A-Z]{1,20}$/, "Expected an upper-case method such as GET")),
+        v.pipe(
+          v.string("Expected a method such as GET"),
+          v.check((method) => METHODS.includes(method), methodMessage),
+        ),
         "Expected a list of methods",
       ),
       v.minLength(1, "List at least one method (or leave methods out to allow all)"),

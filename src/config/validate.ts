@@ -6,6 +6,7 @@
 import * as v from "valibot";
 import type { ConfigProblem } from "./problems.ts";
 import type { YamlFile } from "./yaml_file.ts";
+import { closest } from "./suggest.ts";
 
 /** The outcome of validating one file. */
 export type Validated<T> = { ok: true; value: T } | { ok: false; problems: ConfigProblem[] };
@@ -40,10 +41,29 @@ function toProblem(issue: v.BaseIssue<unknown>, source: YamlFile): ConfigProblem
       ? "Unknown field (a typo? unknown fields are refused, never ignored)"
       : missing
       ? "Required field is missing"
-      : tidy(issue.message),
+      : tidy(issue.message) + suggestion(issue),
     ...(missing || unknown ? {} : { value: issue.input }),
     at: source.locate(path),
   };
+}
+
+/**
+ * For a value outside a fixed list (a picklist), the listed value it most looks like:
+ * `; did you mean "remote"?` for `mode: remtoe`. Empty when nothing is close.
+ */
+function suggestion(issue: v.BaseIssue<unknown>): string {
+  if (issue.type !== "picklist" || typeof issue.input !== "string") return "";
+  // valibot spells the list `("local" | "remote")`, or `"local"` for one value.
+  const list = (issue.expected ?? "").replace(/^\((.*)\)$/, "$1");
+  const options = list.split(" | ").map((option) => {
+    try {
+      return String(JSON.parse(option));
+    } catch {
+      return option;
+    }
+  });
+  const guess = closest(issue.input, options);
+  return guess === undefined || guess === issue.input ? "" : `; did you mean "${guess}"?`;
 }
 
 /** valibot's default messages say `Invalid type: Expected number but received "x"`; keep the gist. */

@@ -15,6 +15,7 @@
  * @module
  */
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import { diagnosticSink } from "../observe/diag.ts";
 import { describeError } from "../request/errors.ts";
 import { checkRevocation, type Enrol, readCover, readOwnTls, register } from "./boot.ts";
 import {
@@ -59,7 +60,7 @@ export interface DoorOptions {
  *   listener cannot bind
  */
 export async function startDoor(config: DoorConfig, options: DoorOptions = {}): Promise<Door> {
-  const log = options.log ?? ((line: string) => console.error(line));
+  const log = options.log ?? diagnosticSink();
   const reprovisioning = await checkRevocation(config, log);
   await register(config, options.enrol ?? ensureNodeCertificate, log);
   if (reprovisioning) await removeRevocation(config.cacheDir);

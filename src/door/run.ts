@@ -8,6 +8,7 @@
  */
 import { join } from "node:path";
 import { auditBeforeBoot } from "../boot/audit.ts";
+import { diagnostics } from "../observe/diag.ts";
 import { formatFlags } from "../boot/flags.ts";
 import { formatAddress } from "../config/load.ts";
 import { readCover } from "./boot.ts";
@@ -31,6 +32,7 @@ export async function runDoorVerb(
 ): Promise<number> {
   const grants = doorGrants(config);
   if (verb === "flags") {
+    await checkLines(config); // flags refuses what check refuses (a cover page it cannot read)
     console.log(formatFlags(grants));
     return 0;
   }
@@ -40,11 +42,12 @@ export async function runDoorVerb(
     return 0;
   }
   if (!auditBeforeBoot(grants)) return 1;
-  const door = await startDoor(config);
+  const log = diagnostics();
+  const door = await startDoor(config, { log: (line) => log.line(line) });
   const onSignal = () => void door.close();
   Deno.addSignalListener("SIGTERM", onSignal);
   Deno.addSignalListener("SIGINT", onSignal);
-  console.error(`portcullis: door ready: ${config.nodeId} ${version}`);
+  log.info(`door ready: ${config.nodeId} ${version}`);
   const how = await door.finished;
   await door.close();
   Deno.removeSignalListener("SIGTERM", onSignal);

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { diagnostics, type LogLevel } from "../observe/access_log.ts";
+import { diagnosticSink } from "../observe/diag.ts";
 import type { Clock } from "../ledger/ledger.ts";
 import type { EdgePlan } from "./plan.ts";
 import type { WorkerRole } from "./worker_role.ts";
@@ -20,7 +20,7 @@ export interface EdgeOptions {
   readonly clock?: Clock;
   /** Randomness for backend weights and backoff jitter (tests inject one). */
   readonly random?: () => number;
-  /** Where boot and drain lines go; defaults to stderr. */
+  /** Where boot and drain lines go; defaults to JSON lines on stderr (observe/diag.ts). */
   readonly log?: (line: string) => void;
   /** This isolate's part in a multi-worker edge; absent for a single isolate. */
   readonly worker?: WorkerRole;
@@ -45,24 +45,10 @@ export function bootContext(plan: EdgePlan<EdgeServices>, options: EdgeOptions):
   return {
     plan,
     options,
-    log: options.log ?? levelled(plan.config.observe.logLevel),
+    // JSON lines on stderr at the configured level (observe/diag.ts reads each line's level).
+    log: options.log ?? diagnosticSink({ level: plan.config.observe.logLevel }),
     clock: options.clock ?? (() => performance.timeOrigin + performance.now()),
     worker,
     owns: !worker || worker.index === 0,
-  };
-}
-
-/**
- * Diagnostics on stderr at `level`: lines that say `warning:` are warnings, lines about a failure
- * or refusal are errors, boot and reload lines are info; the access log is separate (stdout).
- */
-function levelled(level: LogLevel): (line: string) => void {
-  const write = diagnostics(level);
-  return (line) => {
-    // "info:" marks a line that names a failure it recovered from (a retry absorbed it).
-    if (line.includes(" info: ")) write.info(line);
-    else if (line.includes(" warning: ")) write.warn(line);
-    else if (/\b(failed|refused|rejected|cannot|error)\b/i.test(line)) write.error(line);
-    else write.info(line);
   };
 }

@@ -249,6 +249,7 @@ export async function createObserver(
     metrics: new RequestMetrics(),
     accessLog: new AccessLog({ ...observe.accessLog, write: options.accessLog ?? lines!.push }),
     labels,
+    logQuery: observe.accessLog.query,
   });
 }
 

@@ -16,6 +16,7 @@ import { type EdgePlan, planEdge } from "./plan.ts";
 import type { EdgeServices } from "../pipeline/services.ts";
 import type { WorkerRole } from "./worker_role.ts";
 import type { ToOwner, ToWorker } from "./worker_messages.ts";
+import { diagnostics, diagnosticSink } from "../observe/diag.ts";
 
 const scope = self as unknown as {
   postMessage(message: ToOwner): void;
@@ -27,6 +28,8 @@ let chain: Promise<unknown> = Promise.resolve();
 let arm: { resolve: () => void; reject: (error: BootError) => void } | undefined;
 const calls = new Map<number, { resolve: (value: unknown) => void; reject: (e: Error) => void }>();
 let nextCall = 0;
+/** This worker's index, once the owner has said it (for the lines it writes). */
+let workerIndex: number | undefined;
 
 function call(method: "reload" | "hubStatus"): Promise<unknown> {
   const id = nextCall++;
@@ -49,7 +52,7 @@ scope.onmessage = (event) => {
     return;
   }
   chain = chain.then(() => handle(message)).catch((error) =>
-    console.error(`portcullis: worker: ${error}`)
+    diagnostics().error(`worker failed: ${error}`, { worker: workerIndex })
   );
 };
 
@@ -81,10 +84,13 @@ async function handle(message: ToWorker): Promise<void> {
  * a failure is reported to the owner with its reasons.
  */
 async function start(message: StartMessage): Promise<void> {
-  const prefix = `portcullis: worker ${message.index}: `;
-  const log = (line: string) => console.error(line.replace(/^portcullis: /, prefix));
+  workerIndex = message.index;
   try {
     const plan = await planAsOwner(message);
+    const log = diagnosticSink({
+      level: plan.config.observe.logLevel,
+      fields: { worker: message.index },
+    });
     edge = await startEdge(plan, { version: message.version, log, worker: mirrorRole(message) });
     scope.postMessage({ type: "armed" });
     sendCounts(edge);

@@ -17,6 +17,7 @@
 import { runsWorkers } from "../config/load.ts";
 import { type LedgerBuffers, LedgerMemory } from "../ledger/memory.ts";
 import { ResponseStats } from "../observe/response_stats.ts";
+import { diagnosticSink } from "../observe/diag.ts";
 import { BootError } from "../boot/boot_error.ts";
 import { type Edge, type EdgeOptions, startEdge } from "./edge.ts";
 import { type EdgePlan, firstGenerationNumber } from "./plan.ts";
@@ -105,7 +106,7 @@ class WorkerPool {
     this.#options = options;
     // Worker 0 (this isolate) serves the protected lanes; workers 1 … N the public lane.
     const count = plan.config.workers + 1;
-    this.log = options.log ?? ((line: string) => console.error(line));
+    this.log = options.log ?? diagnosticSink({ level: plan.config.observe.logLevel });
     this.#firstNumber = firstGenerationNumber(plan.runtime);
     this.#shared = allocateShared(count, this.#firstNumber);
     this.#gate = new ArmGate(count);

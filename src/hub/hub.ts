@@ -11,13 +11,15 @@
  * answers only its own.
  *
  * {@link startHub} reads top to bottom as the boot's steps; `credentials.ts` reads the TLS files,
- * `listeners.ts` makes, binds and arms the listeners, `routes.ts` answers their requests, and
+ * `listeners.ts` makes, binds and arms the listeners, `hub_app.ts` routes their requests (Hono) to
+ * what `routes.ts` answers, and
  * `src/request/write_reply.ts` writes every answer — errors through the failure table the edge uses
  * (`request/errors.ts`).
  *
  * @module
  */
 import type https from "node:https";
+import { diagnosticSink } from "../observe/diag.ts";
 import type { ConfigStore, OfferOutcome } from "../live/generations.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import { type RuntimeReloader, runtimeReloader } from "../live/runtime_watch.ts";
@@ -87,7 +89,7 @@ export async function startHub(
     readonly pool?: PoolPorts;
   } = {},
 ): Promise<Hub> {
-  const log = options.log ?? ((line: string) => console.error(line));
+  const log = options.log ?? diagnosticSink();
   const store = await loadFirstGeneration(config);
   const feed = new ConfigFeed(store, { nodeId: config.nodeId, history: config.history });
   const reloader = runtimeReloader(config.runtimeDir, store, {

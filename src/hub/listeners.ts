@@ -7,6 +7,7 @@
  * @module
  */
 import http from "node:http";
+import { diagnostics } from "../observe/diag.ts";
 import https from "node:https";
 import type { Buffer } from "node:buffer";
 import type { Server, Socket } from "node:net";
@@ -174,7 +175,7 @@ function makeServer(spec: ListenerSpec, timeouts: HubConfig["timeouts"]): BoundS
       if (!response.headersSent) {
         writeReply(response, failureReply("internal", requestId), requestId);
       } else response.destroy();
-      console.error(`portcullis: hub ${role} request failed: ${error}`);
+      diagnostics().error(`hub ${role} request failed: ${error}`);
     });
   };
   const server = tls ? https.createServer(tls, onRequest) : http.createServer(onRequest);

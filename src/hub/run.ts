@@ -5,6 +5,7 @@
  * @module
  */
 import { auditBeforeBoot } from "../boot/audit.ts";
+import { diagnostics } from "../observe/diag.ts";
 import { formatFlags } from "../boot/flags.ts";
 import { formatAddress } from "../config/load.ts";
 import { hashFileSet, readFileSet, runtimeTextsOf } from "../config/file_set.ts";
@@ -84,13 +85,14 @@ export async function runHubVerb(
     return 0;
   }
   if (!auditBeforeBoot(grants)) return 1;
-  const hub = await startHub(config);
+  const log = diagnostics();
+  const hub = await startHub(config, { log: (line) => log.line(line) });
   const onSignal = () => hub.close();
   Deno.addSignalListener("SIGTERM", onSignal);
   Deno.addSignalListener("SIGINT", onSignal);
   const live = hub.store.current;
-  console.error(
-    `portcullis: hub ready: ${config.nodeId} ${version}, generation ${live.number} ` +
+  log.info(
+    `hub ready: ${config.nodeId} ${version}, generation ${live.number} ` +
       `(${live.registry.tenants.length} tenants, ${live.hash.slice(0, 12)})`,
   );
   await hub.finished;

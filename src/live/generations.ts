@@ -65,8 +65,9 @@ export interface Rejection {
 
 /** What an offer did. */
 export type OfferOutcome =
-  | { readonly outcome: "loaded"; readonly generation: Generation }
-  | { readonly outcome: "unchanged"; readonly generation: Generation }
+  /** `recovered`: this good set follows a rejection (the bad file was fixed or removed). */
+  | { readonly outcome: "loaded"; readonly generation: Generation; readonly recovered?: boolean }
+  | { readonly outcome: "unchanged"; readonly generation: Generation; readonly recovered?: boolean }
   | { readonly outcome: "rejected"; readonly rejection: Rejection };
 
 /**
@@ -289,9 +290,10 @@ export class ConfigStore {
   async #apply(offer: Offer): Promise<OfferOutcome> {
     const hash = offer.hash ?? await hashTexts(offer.texts);
     const live = this.current;
+    const recovered = this.#rejected !== undefined && !this.rejectionSuperseded;
     if (hash === live.hash) {
       this.#recordGood();
-      return { outcome: "unchanged", generation: live };
+      return { outcome: "unchanged", generation: live, recovered };
     }
     const number = offer.number ?? live.number + 1;
     const built = await buildSafely(offer.dir, offer.texts, live.registry);
@@ -330,7 +332,7 @@ export class ConfigStore {
     this.#goodAt = ++this.#decisions;
     for (const listener of this.#listeners) listener(generation);
     this.#notify();
-    return { outcome: "loaded", generation };
+    return { outcome: "loaded", generation, recovered };
   }
 }
 

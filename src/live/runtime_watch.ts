@@ -376,7 +376,9 @@ class FolderWatch {
 }
 
 /**
- * Logs what an offer did: the generation loaded, or every problem of a rejected set.
+ * Logs what an offer did: the generation loaded, or every problem of a rejected set; after a
+ * rejection, the first good set (a new one, or the live one again) also logs `config accepted,
+ * generation N`, so the last line never says `config rejected` about a folder that was fixed.
  *
  * @param origin where the set came from, for the log line (a folder, or the hub's URL)
  */
@@ -390,6 +392,13 @@ export function reportOutcome(
     const g = outcome.generation;
     log(
       `portcullis: config generation ${g.number} loaded from ${origin} ` +
+        `(${g.registry.tenants.length} tenants, ${g.hash.slice(0, 12)})`,
+    );
+  }
+  if (outcome.outcome !== "rejected" && outcome.recovered) {
+    const g = outcome.generation;
+    log(
+      `portcullis: config accepted, generation ${g.number}: ${origin} is valid again ` +
         `(${g.registry.tenants.length} tenants, ${g.hash.slice(0, 12)})`,
     );
   } else if (outcome.outcome === "rejected") {

@@ -1,15 +1,15 @@
 /**
- * The access log and the diagnostic log.
- *
- * Access log: one JSON line per request on stdout, keys in the order of {@link AccessEntry}. The
- * client field is always an address already passed through `anonymizeIp`, and the tenant field a
- * salted label (or "-"), never a plain host. Sampling thins successful traffic only: a request
+ * The access log: one JSON line per request on stdout, keys in the order of {@link AccessEntry}.
+ * The client field is always an address already passed through `anonymizeIp`, and the tenant field
+ * a salted label (or "-"), never a plain host. The path is the canonical one every phase saw, its
+ * query left out unless the operator asks for it (`observe.access_log.query`: a query often
+ * carries tokens and personal data). The user agent is what the client claims, so it is cut to
+ * {@link USER_AGENT_CHARS} characters and its control characters are written as `\xNN`: a line
+ * never carries a terminal escape or a forged line break. Sampling thins successful traffic only: a request
  * answered 5xx, withheld (status 0) or carrying an `outcome` (an overload kind, a policy phase, a
  * failure kind) is always written, so errors are never sampled away. Operation paths are not
  * logged at all: see {@link shouldLog}. Logging never throws into the request path; a failed
- * write is counted.
- *
- * Diagnostic log: human lines on stderr, prefixed "portcullis: ", filtered by level.
+ * write is counted. Diagnostics (stderr) are diag.ts.
  *
  * @module
  */
@@ -25,6 +25,10 @@ export interface AccessEntry {
   /** The route name, or "-" if none matched. */
   route: string;
   method: string;
+  /** The canonical path; with `?` and the query as received only when the operator opts in. */
+  path: string;
+  /** `HTTP/1.0`, `HTTP/1.1` or `HTTP/2`. */
+  protocol: string;
   /** The status sent; 0 when the response was withheld or the connection dropped. */
   status: number;
   bytes_in: number;
@@ -37,6 +41,8 @@ export interface AccessEntry {
   outcome?: string;
   /** The client address, ALREADY anonymised. */
   client: string;
+  /** The User-Agent header as {@link userAgentField} writes it; absent when none was sent. */
+  user_agent?: string;
 }
 
 /** How the access log behaves. */
@@ -62,8 +68,8 @@ export interface AccessLogOptions {
  * const log = new AccessLog({ enabled: true, sample: 1, write: (line) => lines.push(line) });
  * log.log({
  *   time: "2025-01-01T00:00:00.000Z", request_id: "r1", lane: "public", tenant: "-",
- *   route: "api", method: "GET", status: 200, bytes_in: 0, bytes_out: 12, duration_ms: 3,
- *   client: "203.0.113.0",
+ *   route: "api", method: "GET", path: "/v1/items", protocol: "HTTP/1.1", status: 200,
+ *   bytes_in: 0, bytes_out: 12, duration_ms: 3, client: "203.0.113.0",
  * });
  * assert.equal(JSON.parse(lines[0]).status, 200);
  * assert.equal(log.written, 1);
@@ -148,57 +154,49 @@ export function shouldLog(lane: string, path: string): boolean {
   return true;
 }
 
-/** Diagnostic levels, most severe first. */
-export type LogLevel = "error" | "warn" | "info" | "debug";
-
-/** A diagnostic logger: one method per level, each dropping lines below the configured level. */
-export interface Diagnostics {
-  error(message: string): void;
-  warn(message: string): void;
-  info(message: string): void;
-  debug(message: string): void;
-}
-
-const LEVEL_RANK: Readonly<Record<LogLevel, number>> = { error: 0, warn: 1, info: 2, debug: 3 };
-const PREFIX = "portcullis: ";
-const WARNING = "warning: ";
+/** The longest user agent logged, in characters; the rest is cut. */
+export const USER_AGENT_CHARS = 128;
 
 /**
- * A diagnostic logger writing lines at `level` and more severe. Lines are prefixed "portcullis: "
- * unless they already are; warnings read "portcullis: warning: …". Writing never throws.
+ * A User-Agent header as the access log writes it: at most {@link USER_AGENT_CHARS} characters,
+ * control characters (C0, DEL, C1) written as `\xNN`. Undefined when no header was sent.
  *
- * @param level the least severe level written
- * @param write where a line goes (default: stderr, with a newline)
- * @throws {RangeError} when `level` is not a {@link LogLevel}
+ * @param header the header value (node:http joins repeats with ", ")
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * import { diagnostics } from "./access_log.ts";
- * const lines: string[] = [];
- * const log = diagnostics("warn", (line) => lines.push(line));
- * log.warn("cannot watch /etc/portcullis");
- * log.info("listening");
- * assert.deepEqual(lines, ["portcullis: warning: cannot watch /etc/portcullis"]);
+ * import { userAgentField } from "./access_log.ts";
+ * assert.equal(userAgentField("curl/8.5.0"), "curl/8.5.0");
+ * assert.equal(userAgentField("evil\x1b[31m"), "evil\\x1b[31m");
+ * assert.equal(userAgentField("x".repeat(500))?.length, 128);
+ * assert.equal(userAgentField(undefined), undefined);
  * ```
  */
-export function diagnostics(level: LogLevel, write?: (line: string) => void): Diagnostics {
-  if (!Object.hasOwn(LEVEL_RANK, level)) throw new RangeError(`Unknown log level "${level}"`);
-  const limit = LEVEL_RANK[level];
-  const sink = write ?? stderrWriter();
-  const emit = (at: LogLevel, line: string) => {
-    if (LEVEL_RANK[at] > limit) return;
-    try {
-      sink(line);
-    } catch {
-      // A diagnostic that cannot be written is dropped; it must not fail the caller.
-    }
-  };
-  return {
-    error: (message) => emit("error", prefixed(message)),
-    warn: (message) => emit("warn", warning(message)),
-    info: (message) => emit("info", prefixed(message)),
-    debug: (message) => emit("debug", prefixed(message)),
-  };
+export function userAgentField(header: string | readonly string[] | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  const text = typeof header === "string" ? header : header.join(", ");
+  return text.slice(0, USER_AGENT_CHARS).replace(
+    // deno-lint-ignore no-control-regex
+    /[\x00-\x1f\x7f-\x9f]/g,
+    (char) => `\\x${char.charCodeAt(0).toString(16).padStart(2, "0")}`,
+  );
+}
+
+/**
+ * The protocol field of a request, from node:http's `httpVersion`.
+ *
+ * @param httpVersion `1.0`, `1.1` or `2.0`
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { protocolField } from "./access_log.ts";
+ * assert.equal(protocolField("1.1"), "HTTP/1.1");
+ * assert.equal(protocolField("2.0"), "HTTP/2");
+ * ```
+ */
+export function protocolField(httpVersion: string | undefined): string {
+  if (httpVersion === "2.0" || httpVersion === "2") return "HTTP/2";
+  return `HTTP/${httpVersion || "1.1"}`;
 }
 
 /** True for entries that sampling must never drop: server errors, withheld, with an outcome. */
@@ -215,6 +213,8 @@ function formatEntry(entry: AccessEntry): string {
     tenant: entry.tenant,
     route: entry.route,
     method: entry.method,
+    path: entry.path,
+    protocol: entry.protocol,
     status: entry.status,
     bytes_in: entry.bytes_in,
     bytes_out: entry.bytes_out,
@@ -224,28 +224,13 @@ function formatEntry(entry: AccessEntry): string {
     retries: entry.retries,
     outcome: entry.outcome,
     client: entry.client,
+    user_agent: entry.user_agent,
   });
-}
-
-/** The message with the "portcullis: " prefix, added only if missing. */
-function prefixed(message: string): string {
-  return message.startsWith(PREFIX) ? message : PREFIX + message;
-}
-
-/** The message as "portcullis: warning: …", whichever of the two prefixes it already has. */
-function warning(message: string): string {
-  const body = message.startsWith(PREFIX) ? message.slice(PREFIX.length) : message;
-  return PREFIX + (body.startsWith(WARNING) ? body : WARNING + body);
 }
 
 /** A writer of newline-terminated lines to stdout. */
 function stdoutWriter(): (line: string) => void {
   return lineWriter(Deno.stdout);
-}
-
-/** A writer of newline-terminated lines to stderr. */
-function stderrWriter(): (line: string) => void {
-  return lineWriter(Deno.stderr);
 }
 
 /** A writer of newline-terminated lines to a synchronous stream, looping over short writes. */

@@ -9,7 +9,7 @@
  */
 import { type Span, SpanKind } from "@opentelemetry/api";
 import type { LaneName } from "../ledger/lane_names.ts";
-import { type AccessLog, shouldLog } from "./access_log.ts";
+import { type AccessLog, protocolField, shouldLog, userAgentField } from "./access_log.ts";
 import { anonymizeIp } from "./anonymize.ts";
 import type { RequestMetrics } from "./request_metrics.ts";
 import type { TenantLabels } from "./tenant_label.ts";
@@ -30,6 +30,12 @@ export class RequestRecord {
   readonly method: string;
   /** The path without its query: as received until the head checks made it canonical. */
   path: string;
+  /** The query as received, with its `?` ("" when none). */
+  readonly query: string;
+  /** `HTTP/1.1`, `HTTP/2`, … */
+  readonly protocol: string;
+  /** The User-Agent as the access log writes it (cut, control characters escaped). */
+  readonly userAgent?: string;
   readonly peer: string;
   readonly bytesIn: number;
   /** The tenant's host (hashed before it leaves the process). */
@@ -65,6 +71,9 @@ export class RequestRecord {
       bytesIn: number;
       scheme?: "http" | "https";
       traceparent?: string;
+      /** node:http's `httpVersion` (`1.1`, `2.0`). */
+      httpVersion?: string;
+      userAgent?: string | readonly string[];
     },
     labels?: TenantLabels,
   ) {
@@ -75,6 +84,9 @@ export class RequestRecord {
     this.method = fields.method;
     const query = fields.target.indexOf("?");
     this.path = query < 0 ? fields.target : fields.target.slice(0, query);
+    this.query = query < 0 ? "" : fields.target.slice(query);
+    this.protocol = protocolField(fields.httpVersion);
+    this.userAgent = userAgentField(fields.userAgent);
     this.peer = fields.peer;
     this.bytesIn = fields.bytesIn;
     this.span = tracing.root(this.method, {
@@ -134,20 +146,24 @@ export class Observer {
   readonly metrics: RequestMetrics;
   readonly #labels?: TenantLabels;
   readonly #log: AccessLog;
+  readonly #logQuery: boolean;
 
   /**
    * @param labels tenant labels; without them tenant-labelled series and log fields are withheld
+   * @param logQuery write the query beside the path (`observe.access_log.query`; default off)
    */
   constructor(options: {
     tracing: Tracing;
     metrics: RequestMetrics;
     accessLog: AccessLog;
     labels?: TenantLabels;
+    logQuery?: boolean;
   }) {
     this.tracing = options.tracing;
     this.metrics = options.metrics;
     this.#log = options.accessLog;
     this.#labels = options.labels;
+    this.#logQuery = options.logQuery ?? false;
   }
 
   /** The hashed label of a host ("-" when no salt is configured). */
@@ -186,14 +202,14 @@ export class Observer {
     if (!record.claim()) return;
     const totalMs = performance.now() - record.started;
     const tenant = record.tenantHost && this.labelled ? this.label(record.tenantHost) : undefined;
-    this.metrics.record(
-      record.lane,
+    this.metrics.record({
+      lane: record.lane,
       tenant,
-      record.route,
-      record.status,
-      Math.max(0, totalMs - record.upstreamMs) / 1000,
-      record.upstreamMs / 1000,
-    );
+      route: record.route,
+      status: record.status,
+      totalS: totalMs / 1000,
+      upstreamS: record.upstreamMs / 1000,
+    });
     if (shouldLog(record.lane, record.path)) {
       this.#log.log({
         time: new Date().toISOString(),
@@ -202,6 +218,8 @@ export class Observer {
         tenant: tenant ?? "-",
         route: record.route,
         method: record.method,
+        path: this.#logQuery ? record.path + record.query : record.path,
+        protocol: record.protocol,
         status: record.status,
         bytes_in: record.bytesIn,
         bytes_out: record.bytesOut,
@@ -215,6 +233,7 @@ export class Observer {
           : {}),
         ...(record.outcome ? { outcome: record.outcome } : {}),
         client: anonymizeIp(record.peer),
+        ...(record.userAgent === undefined ? {} : { user_agent: record.userAgent }),
       });
     }
     record.responding?.end();

@@ -276,6 +276,8 @@ class Runner<S extends PipelineServices> implements Pipeline {
       peer,
       bytesIn: Number(request.headers["content-length"]) || 0,
       scheme: arrival.tls ? "https" : "http",
+      httpVersion: request.httpVersion,
+      userAgent: request.headers["user-agent"],
       traceparent: typeof traceparent === "string" && fromTrustedPeer(peer, this.#services.trusted)
         ? traceparent
         : undefined,
