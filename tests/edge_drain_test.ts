@@ -2,7 +2,8 @@
  * Drain, in process over real loopback sockets: a slow reader holds a public slot (a 16 MiB file it
  * does not read), the edge drains (by `edge.drain()` or `POST /v1/drain`), public admission stops,
  * health reports draining, and the drain completes only when the slow reader leaves (or at the
- * drain cap).
+ * drain cap). With a lame-duck window, readiness says 503 at once while the public lane still
+ * serves, and admission stops only when the window ends.
  *
  * @module
  */
@@ -23,10 +24,10 @@ import { ADMIN_AUTH } from "./fixtures/gateway.ts";
 const BIG = new Uint8Array(16 * 1024 * 1024).fill(0x61);
 const HOME: [string, string][] = [["Host", "demo.test"]];
 
-function setup(drainMs: number): EdgeSetup {
+function setup(drainMs: number, lameDuckMs = 0): EdgeSetup {
   return {
     files: { "assets/big.bin": BIG },
-    edit: (config) => config.drain = { timeout_ms: drainMs },
+    edit: (config) => config.drain = { timeout_ms: drainMs, lame_duck_ms: lameDuckMs },
   };
 }
 
@@ -154,6 +155,69 @@ Deno.test("drain: a reader that never leaves is cut at drain.timeout_ms", async 
     } finally {
       slow.close();
     }
+  });
+});
+
+Deno.test("drain: through the lame-duck window readiness is 503 and the public lane still serves", async () => {
+  await withEdge(setup(8000, 1500), async (t) => {
+    const started = performance.now();
+    const drained = t.edge.drain();
+    const ready = await request(t.ports.local_health, { path: "/readyz" });
+    assert.equal(ready.status, 503);
+    assert.equal(envelope(ready).code, "draining");
+    const health = json(await request(t.ports.local_health, { path: "/v1/health" }));
+    assert.deepEqual([health.status, health.ready], ["draining", false]);
+    const probe = await request(t.ports.provider_health, { path: "/healthz" });
+    assert.deepEqual([probe.status, probe.body], [503, "draining\n"]);
+    const home = await request(t.ports.public, { path: "/", headers: HOME });
+    assert.equal(home.status, 200, "a new public connection is still accepted and served");
+    assert.equal(home.body, "tenant-home");
+    assert.ok(performance.now() - started < 1500, "all of the above inside the window");
+    assert.equal(await within(drained, 0), "timeout");
+
+    // A connect racing the close may be reset instead of refused: either way, not served.
+    const closed = () => connectionRefused(t.ports.public).catch(() => true);
+    await waitFor(closed, (refused) => refused, 5000);
+    const refusedAfter = performance.now() - started;
+    assert.ok(
+      refusedAfter >= 1400,
+      `public refused after ${refusedAfter} ms, not before the window`,
+    );
+    assert.notEqual(await within(drained, 5000), "timeout");
+    const at = (line: string) => t.lines.indexOf(line);
+    assert.ok(
+      at("portcullis: draining: not ready; public admission stops in 1500 ms") >= 0 &&
+        at("portcullis: draining: not ready; public admission stops in 1500 ms") <
+          at("portcullis: draining: public admission stopped"),
+      t.lines.join("\n"),
+    );
+  });
+});
+
+Deno.test("drain: POST /v1/drain with nothing in flight is answered before the edge stops", async () => {
+  await withEdge(setup(8000), async (t) => {
+    const started = await request(t.ports.local_health, {
+      method: "POST",
+      path: "/v1/drain",
+      headers: [ADMIN_AUTH],
+    });
+    assert.equal(started.status, 202);
+    assert.deepEqual(json(started), { draining: true, active_requests: 0 });
+    assert.notEqual(await within(t.edge.finished, 3000), "timeout");
+    assert.equal(await connectionRefused(t.ports.local_health), true);
+  });
+});
+
+Deno.test("drain: close() during the lame-duck window stops the edge at once", async () => {
+  await withEdge(setup(8000, 60_000), async (t) => {
+    const drained = t.edge.drain();
+    const health = json(await request(t.ports.local_health, { path: "/v1/health" }));
+    assert.equal(health.ready, false);
+    const startedClose = performance.now();
+    await t.edge.close();
+    assert.notEqual(await within(drained, 1000), "timeout");
+    assert.ok(performance.now() - startedClose < 1000);
+    assert.equal(await connectionRefused(t.ports.public), true);
   });
 });
 

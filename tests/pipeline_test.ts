@@ -32,7 +32,7 @@ function services(): EdgeServices {
   const ledger = { profile: { lanes }, now: () => 0 };
   return {
     ledger,
-    state: { ready: true, draining: false },
+    state: { ready: true, draining: false, admissionStopped: false },
     log: () => {},
   } as unknown as EdgeServices;
 }

@@ -308,7 +308,14 @@ export const BootstrapSchema = v.strictObject({
     {},
   ),
   drain: v.optional(
-    v.strictObject({ timeout_ms: v.optional(wholeNumber(0, 600_000), 30_000) }),
+    v.strictObject({
+      timeout_ms: v.optional(wholeNumber(0, 600_000), 30_000),
+      /**
+       * The lame-duck window: readiness reports the drain this long before public admission
+       * stops, so a load balancer polling `/readyz` moves traffic away first (0: stop at once).
+       */
+      lame_duck_ms: v.optional(wholeNumber(0, 600_000), 5000),
+    }),
     {},
   ),
   /** Metrics labels, the access log and diagnostics. */

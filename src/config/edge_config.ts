@@ -90,7 +90,10 @@ export interface EdgeConfig {
     readonly headers: number;
     readonly targetBytes: number;
   };
+  /** How long a drain waits for in-flight public requests once admission has stopped. */
   readonly drainMs: number;
+  /** How long readiness reports the drain while the public lane still admits (ms). */
+  readonly lameDuckMs: number;
   /** TLS on the public lane's listeners, when configured. */
   readonly tls?: PublicTls;
   /** The plain-HTTP ACME http-01 companion listener of the public lane. */

@@ -74,6 +74,7 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
       targetBytes: raw.limits.target_bytes,
     },
     drainMs: raw.drain.timeout_ms,
+    lameDuckMs: raw.drain.lame_duck_ms,
     tls: publicTls,
     acme: acmeOf(raw, resolve),
     passthrough: passthroughOf(raw, resolve),

@@ -26,7 +26,7 @@ export function watchDescriptors(
     canary: plan.config.file,
     log,
     async rearm() {
-      if (life.state.draining) return 0;
+      if (life.state.admissionStopped) return 0;
       let count = 0;
       for (const grant of life.listening) {
         try {
@@ -39,7 +39,7 @@ export function watchDescriptors(
       return count;
     },
     nudge() {
-      if (life.state.draining) return;
+      if (life.state.admissionStopped) return;
       for (const grant of life.listening) nudge(grant);
     },
     report: (fds) => reportGauges(life, fds),

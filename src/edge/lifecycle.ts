@@ -4,8 +4,11 @@
  * not complete), drained, or closed. Every boot step is handed the one {@link Lifecycle} and
  * records in it what it started, so whichever way the edge ends stops exactly that.
  *
- * Drain stops public admission, waits until no public request is in flight (or the cap), then
- * closes every listener.
+ * Drain reports the edge not ready at once (`/readyz` 503, `/v1/health` `ready: false`, the
+ * provider probe `draining`) while the public lane goes on admitting for `drain.lame_duck_ms`, so a
+ * load balancer polling readiness moves traffic away before connections are refused; then public
+ * admission stops, the drain waits until no public request is in flight (or the cap), and every
+ * listener closes.
  *
  * @module
  */
@@ -28,7 +31,7 @@ export class Lifecycle {
   readonly ledger: Ledger;
   readonly egress: Egress;
   /** Shared with every handler as `services.state`. */
-  readonly state: EdgeState = { ready: false, draining: false };
+  readonly state: EdgeState = { ready: false, draining: false, admissionStopped: false };
   /** False until every check has passed; until then a connection is closed unread. */
   armed = false;
   /** The listeners bound so far, in bind order. */
@@ -44,6 +47,8 @@ export class Lifecycle {
   readonly #boot: BootContext;
   #resolveFinished!: () => void;
   #stopping?: Promise<void>;
+  /** Aborted by {@link close}: a drain in progress stops waiting. */
+  readonly #cut = new AbortController();
 
   constructor(boot: BootContext) {
     const { plan, worker, clock, options } = boot;
@@ -85,22 +90,30 @@ export class Lifecycle {
     this.state.ready = true;
   }
 
-  /** Stops public admission, waits out public work (to the cap), then shuts down (idempotent). */
+  /**
+   * Drains (idempotent): not ready at once; the public lane admits through the lame-duck window,
+   * then stops admitting; public work is waited out (to the cap); then everything shuts down.
+   */
   drain(): Promise<void> {
     if (this.#stopping) return this.#stopping;
     const { log, plan } = this.#boot;
     this.state.draining = true;
-    log("portcullis: draining: public admission stopped");
-    const publicServers = this.listening.filter((grant) => grant.lane === "public");
-    for (const grant of publicServers) {
-      grant.stopAccepting();
-      grant.closeIdle();
+    this.state.ready = false;
+    const { lameDuckMs, drainMs } = plan.config;
+    if (lameDuckMs > 0) {
+      log(`portcullis: draining: not ready; public admission stops in ${lameDuckMs} ms`);
+    } else {
+      this.#stopAdmission();
     }
     this.#stopping = (async () => {
-      const until = Date.now() + plan.config.drainMs;
+      if (lameDuckMs > 0) {
+        await this.#pause(lameDuckMs);
+        this.#stopAdmission();
+      }
+      const until = Date.now() + drainMs;
       const inFlight = () => this.ledger.inUse("public");
-      while (inFlight() > 0 && Date.now() < until) {
-        await new Promise((resolve) => setTimeout(resolve, 25));
+      while (inFlight() > 0 && Date.now() < until && !this.#cut.signal.aborted) {
+        await this.#pause(25);
       }
       const left = inFlight();
       log(`portcullis: drained${left > 0 ? ` with ${left} public requests cut at the cap` : ""}`);
@@ -108,18 +121,49 @@ export class Lifecycle {
       const protectedUntil = Date.now() + 2000;
       const answering = () =>
         this.ledger.inUse("local_health") + this.ledger.inUse("provider_health");
-      while (answering() > 0 && Date.now() < protectedUntil) {
-        await new Promise((resolve) => setTimeout(resolve, 10));
+      while (answering() > 0 && Date.now() < protectedUntil && !this.#cut.signal.aborted) {
+        await this.#pause(10);
       }
       await this.#shutdown();
     })();
     return this.#stopping;
   }
 
-  /** Closes every listener and connection now, without waiting for work (idempotent). */
+  /** Public admission stops: the public listeners close and their idle connections go. */
+  #stopAdmission(): void {
+    this.state.admissionStopped = true;
+    this.#boot.log("portcullis: draining: public admission stopped");
+    for (const grant of this.listening.filter((grant) => grant.lane === "public")) {
+      grant.stopAccepting();
+      grant.closeIdle();
+    }
+  }
+
+  /** Waits `ms`, or less when {@link close} cuts the drain short. */
+  #pause(ms: number): Promise<void> {
+    const signal = this.#cut.signal;
+    if (ms <= 0 || signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener("abort", done);
+    });
+  }
+
+  /**
+   * Closes every listener and connection now, without waiting for work (idempotent); during a
+   * drain it cuts the drain's waits short.
+   */
   close(): Promise<void> {
+    this.#cut.abort();
     if (!this.#stopping) {
       this.state.draining = true;
+      this.state.ready = false;
+      this.state.admissionStopped = true;
       this.#stopping = this.#shutdown();
     }
     return this.#stopping;

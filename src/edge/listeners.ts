@@ -109,7 +109,7 @@ function passthroughListener(
       helloTimeoutMs: context.helloTimeoutMs,
       lookup: (name) => services.tenants().get(name)?.passthrough,
       admit() {
-        if (services.state.draining) return undefined;
+        if (services.state.admissionStopped) return undefined;
         const ticket = ledger.admit("public", budgets.get(socket));
         if (!("complete" in ticket)) return undefined;
         return (ok) => ok ? ticket.complete() : ticket.cancel();

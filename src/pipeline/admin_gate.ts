@@ -192,7 +192,7 @@ export async function loadAdminGate(file: string): Promise<AdminGate> {
 /** What answering a hit needs from the edge. */
 export interface AdminGateServices {
   readonly ledger: Ledger;
-  readonly state: { readonly draining: boolean };
+  readonly state: { readonly admissionStopped: boolean };
 }
 
 /** Options for {@link adminGateAnswer}. */
@@ -216,7 +216,7 @@ export function adminGateAnswer(options: AdminGateOptions): (arrival: Arrival) =
     if (!gate.matches(arrival.request.url ?? "")) return false;
     const requestId = requestIdFor(arrival.request.headers["x-request-id"]);
     const extra = { "x-request-id": requestId };
-    if (drains && services.state.draining) {
+    if (drains && services.state.admissionStopped) {
       arrival.refuse(failureReply("draining", requestId), extra);
       return true;
     }

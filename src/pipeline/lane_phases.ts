@@ -28,7 +28,7 @@ import type { Phase } from "./phase.ts";
 /** What the first phases need from the edge. */
 export interface LanePhaseServices {
   readonly ledger: Ledger;
-  readonly state: { readonly draining: boolean };
+  readonly state: { readonly admissionStopped: boolean };
   /** Peers whose `X-Forwarded-Proto` is believed (a TLS-terminating proxy in front). */
   readonly trusted?: AddressSet;
 }
@@ -39,7 +39,9 @@ export function admitPhase(drains: boolean): Phase<LanePhaseServices> {
     name: "admit",
     span: "portcullis.admission",
     run(exchange, services) {
-      if (drains && services.state.draining) return failureReply("draining", exchange.requestId);
+      if (drains && services.state.admissionStopped) {
+        return failureReply("draining", exchange.requestId);
+      }
       const admission = services.ledger.admit(exchange.lane, exchange.arrival.connection);
       if (!(admission instanceof Reservation)) return overloadReply(admission, exchange.requestId);
       exchange.ticket = admission;

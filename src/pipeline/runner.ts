@@ -53,7 +53,7 @@ import type { Phase, PhaseOutcome } from "./phase.ts";
 export interface PipelineServices extends LanePhaseServices {
   readonly ledger: Ledger;
   readonly stats: ResponseStats;
-  readonly state: { readonly draining: boolean };
+  readonly state: { readonly draining: boolean; readonly admissionStopped: boolean };
   /** Where internal failures are reported. */
   readonly log: (line: string) => void;
   /** Metrics, access log and traces per request (absent: nothing is observed). */
@@ -220,7 +220,8 @@ class Runner<S extends PipelineServices> implements Pipeline {
       else this.#hold(channel, ticket);
       return;
     }
-    const close = bodyLeftUnread(exchange) || (this.#lane.descriptor.drains && state.draining);
+    const close = bodyLeftUnread(exchange) ||
+      (this.#lane.descriptor.drains && state.admissionStopped);
     this.#send(exchange, reply, (r, extra) => channel.send(r, extra, close));
   }
 

@@ -18,10 +18,12 @@ import type { AdminCredential } from "../server/admin.ts";
 
 /** Lifecycle flags of a running edge. */
 export interface EdgeState {
-  /** Every lane is bound, checked and accepting. */
+  /** Every lane is bound, checked and accepting; false again from the moment a drain begins. */
   ready: boolean;
-  /** Public admission has stopped; the edge exits when in-flight public work is done. */
+  /** A drain has begun: health reports it, first while the public lane still admits (lame duck). */
   draining: boolean;
+  /** Public admission has stopped; the edge exits when in-flight public work is done. */
+  admissionStopped: boolean;
 }
 
 /**
