@@ -220,7 +220,7 @@ export async function startCertificates(
     life.stopWatching = watchCertificates(
       certs,
       tlsConfig.certificates.flatMap((c) => [c.certFile, c.keyFile]),
-      log,
+      { log },
     );
   }
   return certs;
