@@ -11,7 +11,7 @@ import { COUNTER_INDEX, GAUGE_INDEX } from "../src/ledger/memory.ts";
 import { formatPath } from "../src/config/problems.ts";
 import type { EdgeServices } from "../src/pipeline/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
-import { type PolicyFacts, renderMetrics } from "../src/observe/metrics.ts";
+import { type PolicyFacts, readProcessFacts, renderMetrics } from "../src/observe/metrics.ts";
 import { failureReply } from "../src/request/errors.ts";
 import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
 import type { RequestContext } from "../src/request/context.ts";
@@ -98,14 +98,18 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
             version: services.version,
             draining: services.state.draining,
             ready: services.state.ready,
-            uptimeSeconds: (Date.now() - services.startedAt) / 1000,
             sockets: socketsView(services),
           },
+          process: readProcessFacts(),
           policy: policyFacts(services),
           observe: {
             metrics: services.observer.metrics,
             labelled: services.observer.labelled,
             generation: services.config.current.number,
+            loadedAt: services.config.current.number > 0
+              ? services.config.current.loadedAt
+              : undefined,
+            rejectedAt: services.config.lastRejected?.at,
             rejectedPending: services.config.lastRejected !== undefined &&
               !services.config.rejectionSuperseded,
             // Without a salt, certificates are told apart by position, never by name.

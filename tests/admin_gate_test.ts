@@ -381,7 +381,7 @@ Deno.test("admin gate on the edge: a hit is in no access-log line, metric series
           missed.some((name) => /^portcullis_requests_total\{.*route="-"/.test(name)),
           missed.join("\n"),
         );
-        assert.ok(missed.some((name) => name.startsWith("portcullis_responses_total")));
+        assert.ok(missed.some((name) => name.startsWith("portcullis_request_duration_seconds_")));
 
         const everything = JSON.stringify(exporter.getFinishedSpans().map((s) => s.attributes)) +
           t.accessLines.join("\n");

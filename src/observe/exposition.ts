@@ -6,7 +6,10 @@
  *
  * Kept apart from `metrics.ts` so that file reads as the list of families and what each counts,
  * and the format's rules (`portcullis_` prefix, HELP before TYPE, cumulative buckets ending in
- * `+Inf`, label escaping) sit in one place. Written by hand rather than with a client library:
+ * `+Inf`, label escaping) sit in one place. The names follow Prometheus's conventions, which
+ * `promtool check metrics` enforces (tests/metrics_tools_test.ts runs it): base units (`_seconds`,
+ * `_bytes`, `_ratio`), `_total` on counters alone, and no label called `instance` or `job` — a
+ * scrape sets those itself and renames the target's own to `exported_instance`. Written by hand rather than with a client library:
  * the page is rendered from snapshots on request, with no registry or collectors to keep in step,
  * and its text is compared byte for byte.
  *
@@ -23,6 +26,11 @@ export interface Family {
   readonly type: "counter" | "gauge" | "histogram";
   readonly help: string;
   readonly samples: readonly Sample[];
+  /**
+   * True for a name every Prometheus client exports the same way (`process_cpu_seconds_total`):
+   * written as is, without the `portcullis_` prefix, so dashboards made for any process work.
+   */
+  readonly standard?: boolean;
 }
 
 /**
@@ -43,8 +51,8 @@ export interface Family {
  */
 export function expose(families: readonly Family[]): string {
   const lines: string[] = [];
-  for (const { name, type, help, samples } of families) {
-    const metric = `portcullis_${name}`;
+  for (const { name, type, help, samples, standard } of families) {
+    const metric = standard ? name : `portcullis_${name}`;
     lines.push(`# HELP ${metric} ${help}`, `# TYPE ${metric} ${type}`);
     for (const [rest, value] of samples) lines.push(`${metric}${rest} ${value}`);
   }
@@ -59,6 +67,11 @@ export function counter(name: string, help: string, samples: readonly Sample[]):
 /** A gauge family. */
 export function gauge(name: string, help: string, samples: readonly Sample[]): Family {
   return { name, type: "gauge", help, samples };
+}
+
+/** A family under its standard name, without the `portcullis_` prefix (`process_…`). */
+export function standard(family: Family): Family {
+  return { ...family, standard: true };
 }
 
 /** A histogram family (its samples from {@link byLaneHistogram}). */

@@ -5,8 +5,9 @@
  * Each `…Families` function reads one group of families from its input, as data (`Family` in
  * `exposition.ts`, which holds the text format and the sample builders); {@link renderMetrics}
  * lists the groups in page order and `expose` writes them. The groups live by what they read:
- * `metrics_ledger.ts` (ledger, responses), `metrics_process.ts` (egress, process, policy) and
- * `metrics_requests.ts` (per-request series, config); the page order is kept here alone.
+ * `metrics_ledger.ts` (ledger, responses), `metrics_process.ts` (egress, sockets, policy),
+ * `process_stats.ts` (the standard `process_*` series) and `metrics_requests.ts` (per-request
+ * series, config); the page order is kept here alone.
  *
  * @module
  */
@@ -24,21 +25,22 @@ import {
   egressPoolFamilies,
   type PolicyFacts,
   policyFamilies,
-  processFamilies,
   type SocketFacts,
+  socketFamilies,
 } from "./metrics_process.ts";
 import { configFamilies, type ObserveFacts, requestFamilies } from "./metrics_requests.ts";
+import { type ProcessFacts, processFamilies } from "./process_stats.ts";
 import type { ResponseStats } from "./response_stats.ts";
 
 export type { PolicyFacts, SocketFacts } from "./metrics_process.ts";
 export type { ObserveFacts } from "./metrics_requests.ts";
+export { type ProcessFacts, readProcessFacts } from "./process_stats.ts";
 
 /** Edge-level facts rendered beside the ledger. */
 export interface EdgeFacts {
   readonly version: string;
   readonly draining: boolean;
   readonly ready: boolean;
-  readonly uptimeSeconds: number;
   /** Upstream sockets and descriptors, summed over the isolates (see lanes/local_health.ts). */
   readonly sockets?: SocketFacts;
 }
@@ -53,6 +55,8 @@ export interface MetricsInput {
   readonly egress: EgressSnapshot;
   /** Version and lifecycle state. */
   readonly edge: EdgeFacts;
+  /** Memory, CPU time and start time (`readProcessFacts`). */
+  readonly process: ProcessFacts;
   /** The policy counters. */
   readonly policy: PolicyFacts;
   /** The per-request series, config generation and certificates (left out if absent). */
@@ -67,7 +71,9 @@ export interface MetricsInput {
  */
 export function renderMetrics(input: MetricsInput): string {
   const { ledger, stats, egress, edge, policy, observe } = input;
+  const fds = edge.sockets?.descriptors;
   return expose([
+    ...processFamilies(input.process, fds?.limit_exact ? fds.limit ?? undefined : undefined),
     ...lifecycleFamilies(edge),
     ...ledgerFamilies(ledger),
     ...reservationFamilies(ledger),
@@ -75,7 +81,7 @@ export function renderMetrics(input: MetricsInput): string {
     ...responseFamilies(stats),
     ...egressInstanceFamilies(egress),
     ...egressPoolFamilies(egress),
-    ...processFamilies(edge.sockets),
+    ...socketFamilies(edge.sockets),
     // Out of the egress group: the page has always had it here, and its text is kept byte for byte.
     counter(
       "egress_retry_budget_refusals_total",
@@ -87,7 +93,7 @@ export function renderMetrics(input: MetricsInput): string {
   ]);
 }
 
-/** Version, readiness, draining and uptime. */
+/** Version, readiness and draining. */
 function lifecycleFamilies(facts: EdgeFacts): Family[] {
   return [
     gauge(
@@ -97,6 +103,5 @@ function lifecycleFamilies(facts: EdgeFacts): Family[] {
     ),
     gauge("ready", "1 when every lane is bound and accepting.", only(facts.ready ? 1 : 0)),
     gauge("draining", "1 while the gateway drains.", only(facts.draining ? 1 : 0)),
-    gauge("uptime_seconds", "Seconds since start.", only(Math.floor(facts.uptimeSeconds))),
   ];
 }

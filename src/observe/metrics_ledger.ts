@@ -1,7 +1,7 @@
 /**
  * The metrics page's ledger and response families: admissions, overloads and slots per lane, the
- * reservations and shared pools, open connections, and responses by status class — what a lane
- * let in and what it answered.
+ * reservations and shared pools, open connections, and replies withheld, refused or cut off — what
+ * a lane let in and what became of it.
  *
  * Split from `metrics.ts`, which lists every group in page order; each function here reads one
  * snapshot and returns its families as data (`Family`, in `exposition.ts`).
@@ -12,7 +12,7 @@ import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
 import { OVERLOAD_KINDS } from "../ledger/overload.ts";
 import type { LedgerSnapshot } from "../ledger/snapshot.ts";
 import { byLane, byLaneAnd, counter, type Family, gauge, only } from "./exposition.ts";
-import { CUT_REASONS, type ResponseStats, STATUS_CLASSES } from "./response_stats.ts";
+import { CUT_REASONS, type ResponseStats } from "./response_stats.ts";
 
 /** The admission ledger per lane: listeners, admissions, refusals, slots held and reserved. */
 export function ledgerFamilies(ledger: LedgerSnapshot): Family[] {
@@ -86,16 +86,14 @@ export function connectionFamilies(ledger: LedgerSnapshot): Family[] {
   ];
 }
 
-/** Responses per lane: status classes, withheld, protocol errors, cut-off and abandoned replies. */
+/**
+ * What became of requests and replies per lane beyond their status (which `requests_total` in
+ * `metrics_requests.ts` counts): withheld, protocol errors, cut-off and abandoned replies.
+ */
 export function responseFamilies(stats: ResponseStats): Family[] {
   const reads = new Map(LANE_NAMES.map((lane) => [lane, stats.read(lane)]));
   const read = (lane: LaneName) => reads.get(lane)!;
   return [
-    counter(
-      "responses_total",
-      "Responses per lane and status class.",
-      byLaneAnd("class", STATUS_CLASSES, (l, cls) => read(l).responses[cls]),
-    ),
     counter(
       "responses_withheld_total",
       "Requests answered by dropping or holding the connection.",

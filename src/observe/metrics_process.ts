@@ -1,7 +1,8 @@
 /**
  * The metrics page's families about the process beside the ledger: its ways out (each SOCKS
  * instance's breaker and latency, the egress pool), its resources (upstream sockets, descriptors,
- * per-isolate heap) and its policies (denials, dry runs, table evictions).
+ * per-isolate heap) and its policies (denials, dry runs, table evictions). The standard
+ * `process_*` series are `process_stats.ts`.
  *
  * Split from `metrics.ts`, which lists every group in page order; each function here reads one
  * input and returns its families as data (`Family`, in `exposition.ts`).
@@ -24,6 +25,8 @@ export interface SocketFacts {
   };
   readonly descriptors: {
     readonly limit: number | null;
+    /** True when `limit` is the limit itself, not a number it is at least. */
+    readonly limit_exact?: boolean;
     readonly exhausted: boolean;
     readonly exhaustions: number;
     readonly listener_rearms: number;
@@ -55,11 +58,14 @@ export interface StoreFacts {
   readonly blocksReceived: number;
 }
 
-/** Per SOCKS instance: breaker state, attempts in flight, latency, error rate, failures, opens. */
+/**
+ * Per SOCKS instance: breaker state, attempts in flight, latency, failure ratio, failures, opens.
+ * The label is `socks_instance`: a scrape sets `instance` itself (the gateway's own address).
+ */
 export function egressInstanceFamilies(egress: EgressSnapshot): Family[] {
   type Instance = EgressSnapshot["instances"][number];
   const perInstance = (pick: (instance: Instance) => number) =>
-    byLabel("instance", egress.instances.map((i) => [i.address, pick(i)]));
+    byLabel("socks_instance", egress.instances.map((i) => [i.address, pick(i)]));
   return [
     gauge(
       "egress_instance_open",
@@ -72,13 +78,13 @@ export function egressInstanceFamilies(egress: EgressSnapshot): Family[] {
       perInstance((i) => i.active),
     ),
     gauge(
-      "egress_instance_latency_ms",
+      "egress_instance_latency_seconds",
       "Smoothed time to response headers per SOCKS instance.",
-      perInstance((i) => Math.round(i.latency_ms)),
+      perInstance((i) => i.latency_ms / 1000),
     ),
     gauge(
-      "egress_instance_error_rate",
-      "Failure share in the breaker window per SOCKS instance.",
+      "egress_instance_failure_ratio",
+      "Share of failed attempts in the breaker window per SOCKS instance (0 to 1).",
       perInstance((i) => i.failure_ratio),
     ),
     counter(
@@ -118,13 +124,17 @@ export function egressPoolFamilies(egress: EgressSnapshot): Family[] {
 }
 
 /** Upstream sockets, file descriptors and per-isolate heap, when the edge reports them. */
-export function processFamilies(sockets: SocketFacts | undefined): Family[] {
+export function socketFamilies(sockets: SocketFacts | undefined): Family[] {
   if (!sockets) return [];
   const { upstream } = sockets.connections;
   const fds = sockets.descriptors;
-  const limit = fds.limit === null
-    ? []
-    : [gauge("descriptors_limit", "The open-file limit measured at boot.", only(fds.limit))];
+  const limit = fds.limit === null ? [] : [
+    gauge(
+      "descriptors_limit",
+      "The open-file limit measured at boot, or the number it is at least when the probe stopped at its ceiling.",
+      only(fds.limit),
+    ),
+  ];
   return [
     gauge(
       "upstream_sockets",

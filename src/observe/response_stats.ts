@@ -1,24 +1,23 @@
 /**
- * Response counters per lane: status classes, withheld responses (dropped or held connections),
- * protocol errors answered before a request was parsed, replies cut off because the client did not
- * take them (or a tunnel idled out), and pipelined requests dropped unserved because their client
- * left. Fixed size; no per-request records.
+ * Response counters per lane: withheld responses (dropped or held connections), protocol errors
+ * answered before a request was parsed, replies cut off because the client did not take them (or a
+ * tunnel idled out), and pipelined requests dropped unserved because their client left. Fixed
+ * size; no per-request records. Requests by status class are counted once, per request, in
+ * `request_metrics.ts` (`portcullis_requests_total`).
  *
  * @module
  */
 import { LANE_NAMES, laneIndex, type LaneName } from "../ledger/lane_names.ts";
 
-/** Status classes counted, in order. */
-export const STATUS_CLASSES = ["1xx", "2xx", "3xx", "4xx", "5xx"] as const;
 /** Why a reply was cut off after it started. */
 export const CUT_REASONS = ["send_timeout", "tunnel_idle"] as const;
 /** A reason in {@link CUT_REASONS}. */
 export type CutReason = typeof CUT_REASONS[number];
-const STRIDE = STATUS_CLASSES.length + 3 + CUT_REASONS.length;
-const WITHHELD = STATUS_CLASSES.length;
-const PROTOCOL = STATUS_CLASSES.length + 1;
-const ABANDONED = STATUS_CLASSES.length + 2;
-const CUT = STATUS_CLASSES.length + 3;
+const WITHHELD = 0;
+const PROTOCOL = 1;
+const ABANDONED = 2;
+const CUT = 3;
+const STRIDE = CUT + CUT_REASONS.length;
 const STRIPE_LENGTH = LANE_NAMES.length * STRIDE;
 const STRIPE_BYTES = STRIPE_LENGTH * 8;
 
@@ -50,18 +49,15 @@ export class ResponseStats {
     return new SharedArrayBuffer(STRIPE_BYTES * stripes);
   }
 
-  /** Counts a response with `status` on `lane`. */
-  response(lane: LaneName, status: number): void {
-    const cls = Math.min(Math.max(Math.floor(status / 100), 1), 5) - 1;
-    this.#counts[laneIndex(lane) * STRIDE + cls]++;
-  }
-
   /** Counts a request answered by closing or holding the connection instead of a response. */
   withheld(lane: LaneName): void {
     this.#counts[laneIndex(lane) * STRIDE + WITHHELD]++;
   }
 
-  /** Counts a protocol error answered before any request was parsed (400, 408, 431). */
+  /**
+   * Counts a protocol error answered before any request was parsed (400, 408, 431), or a request
+   * refused before the request path because nothing could frame what follows it.
+   */
   protocolError(lane: LaneName): void {
     this.#counts[laneIndex(lane) * STRIDE + PROTOCOL]++;
   }
@@ -78,7 +74,6 @@ export class ResponseStats {
 
   /** Reads one lane's counters. */
   read(lane: LaneName): {
-    responses: Record<typeof STATUS_CLASSES[number], number>;
     withheld: number;
     protocol_errors: number;
     abandoned: number;
@@ -92,12 +87,9 @@ export class ResponseStats {
       }
       return total;
     };
-    const responses = {} as Record<typeof STATUS_CLASSES[number], number>;
-    STATUS_CLASSES.forEach((cls, i) => responses[cls] = sum(i));
     const cut = {} as Record<CutReason, number>;
     CUT_REASONS.forEach((reason, i) => cut[reason] = sum(CUT + i));
     return {
-      responses,
       withheld: sum(WITHHELD),
       protocol_errors: sum(PROTOCOL),
       abandoned: sum(ABANDONED),

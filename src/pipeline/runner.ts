@@ -249,7 +249,6 @@ class Runner<S extends PipelineServices> implements Pipeline {
     write: (reply: Reply, extra: Record<string, string>) => void,
   ): void {
     if (!exchange.secure) reply = withoutHsts(reply);
-    this.#services.stats.response(exchange.lane, reply.status);
     const record = exchange.record;
     if (record) {
       record.status = reply.status;

@@ -171,7 +171,7 @@ class LaneListener implements ListenerSide {
     if (h2c && announcesBody(request.headers)) {
       // The body is unread on a socket node no longer parses: nothing can frame what follows.
       const requestId = requestIdFor(request.headers["x-request-id"]);
-      this.stats.response(this.#options.lane, 400);
+      this.stats.protocolError(this.#options.lane);
       arrival.refuse(failureReply("bad_request", requestId), { "x-request-id": requestId });
       return;
     }
