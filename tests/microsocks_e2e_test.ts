@@ -20,52 +20,11 @@ import {
 } from "./fixtures/gateway.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
+import { startMicrosocks } from "./fixtures/microsocks.ts";
 import { peerTest } from "./fixtures/require.ts";
 import { UpstreamFixture } from "./fixtures/upstream.ts";
 
 const HOST = "proxied.test";
-
-/** A running microsocks, killed by `stop()`. */
-interface Socks {
-  readonly port: number;
-  stop(): Promise<void>;
-}
-
-/** Starts microsocks on a free loopback port and waits until it accepts connections. */
-async function startMicrosocks(binary: string): Promise<Socks> {
-  const [port] = freePorts(1);
-  // -b 127.0.0.1: connect out from loopback, and pick the IPv4 address of a name with several.
-  const child = new Deno.Command(binary, {
-    args: ["-i", "127.0.0.1", "-p", String(port), "-b", "127.0.0.1"],
-    stdin: "null",
-    stdout: "null",
-    stderr: "null",
-  }).spawn();
-  const stop = async () => {
-    try {
-      child.kill("SIGTERM");
-    } catch { /* already gone */ }
-    await child.status;
-  };
-  try {
-    await waitFor(
-      async () => {
-        try {
-          (await Deno.connect({ hostname: "127.0.0.1", port })).close();
-          return true;
-        } catch {
-          return false;
-        }
-      },
-      (up) => up,
-      2000,
-    );
-  } catch (error) {
-    await stop();
-    throw new Error(`microsocks did not listen on 127.0.0.1:${port}`, { cause: error });
-  }
-  return { port, stop };
-}
 
 peerTest(
   "microsocks e2e: proxied requests reach a named upstream only through the SOCKS instance",
