@@ -53,6 +53,8 @@ export interface DerivedFlags {
   readonly flags: string;
   /** An edge's `drain.timeout_ms` (a hub stops at once). */
   readonly drainMs?: number;
+  /** An edge's `drain.lame_duck_ms`: how long it stays up, not ready, before the drain proper. */
+  readonly lameDuckMs?: number;
 }
 
 /**
@@ -76,6 +78,7 @@ export async function deriveFlags(file: string): Promise<DerivedFlags> {
     // The binary embeds the request worker's modules: no read grant for the checkout's code.
     flags: formatFlags(requiredGrants(edge, { embeddedCode: true })),
     drainMs: edge.drainMs,
+    lameDuckMs: edge.lameDuckMs,
   };
 }
 

@@ -32,9 +32,13 @@ export interface UnitPlace {
   readonly config: string;
 }
 
-/** Seconds systemd waits after SIGTERM before SIGKILL: the drain cap plus 15 s to exit. */
+/**
+ * Seconds systemd waits after SIGTERM before SIGKILL: the lame-duck window and the drain cap, plus
+ * 15 s to exit.
+ */
 export function stopTimeoutSeconds(derived: DerivedFlags): number {
-  return derived.drainMs === undefined ? 15 : Math.ceil(derived.drainMs / 1000) + 15;
+  if (derived.drainMs === undefined) return 15;
+  return Math.ceil(((derived.lameDuckMs ?? 0) + derived.drainMs) / 1000) + 15;
 }
 
 /**
@@ -50,11 +54,20 @@ export function renderUnit(derived: DerivedFlags, place: UnitPlace): string {
   const verb = edge ? "serve" : "hub";
   const stop = edge
     ? [
-      "# SIGTERM drains: public admission stops, requests in flight get up to drain.timeout_ms",
-      `# (${derived.drainMs} ms) to finish, then the process exits 0. systemd waits TimeoutStopSec`,
-      "# (longer than the drain) before it sends SIGKILL.",
+      "# SIGTERM drains: /readyz answers 503 at once while the public lane still serves for",
+      `# drain.lame_duck_ms (${derived.lameDuckMs} ms), so a load balancer moves traffic away;`,
+      "# then public admission stops, requests in flight get up to drain.timeout_ms",
+      `# (${derived.drainMs} ms) to finish, and the process exits 0. systemd waits TimeoutStopSec`,
+      "# (longer than both) before it sends SIGKILL.",
+      "KillSignal=SIGTERM",
+      "# `systemctl reload` sends SIGHUP: the tenants folder (or the hub) and the certificates are",
+      "# read again, as POST /v1/config/reload and /v1/tls/reload do.",
+      "ExecReload=/bin/kill -HUP $MAINPID",
     ]
-    : ["# SIGTERM stops the hub at once: held polls end and the edges reconnect to it later."];
+    : [
+      "# SIGTERM stops the hub at once: held polls end and the edges reconnect to it later.",
+      "KillSignal=SIGTERM",
+    ];
   const capabilities = edge
     ? [
       "# Only the right to bind ports below 1024 (443, and 80 for acme_http).",
@@ -109,7 +122,6 @@ export function renderUnit(derived: DerivedFlags, place: UnitPlace): string {
     "# Exit 2 is a usage error, exit 3 a node its hub revoked: starting again cannot help.",
     "RestartPreventExitStatus=2 3",
     ...stop,
-    "KillSignal=SIGTERM",
     `TimeoutStopSec=${stopTimeoutSeconds(derived)}`,
     "LimitNOFILE=65536",
     "",

@@ -135,7 +135,7 @@ function assertHardened(unit: string, service: Map<string, string[]>): void {
   assert.ok(!service.get("MemoryDenyWriteExecute")?.includes("yes"), unit);
 }
 
-Deno.test("portcullis.service: every hardening directive, and a stop timeout above the drain cap", async () => {
+Deno.test("portcullis.service: every hardening directive, a stop timeout above lame duck and drain, reload by SIGHUP", async () => {
   const service = serviceDirectives(await Deno.readTextFile(`${SYSTEMD}/portcullis.service`));
   assertHardened("portcullis.service", service);
   assert.deepEqual(service.get("CapabilityBoundingSet"), ["CAP_NET_BIND_SERVICE"]);
@@ -143,11 +143,13 @@ Deno.test("portcullis.service: every hardening directive, and a stop timeout abo
   assert.deepEqual(service.get("RuntimeDirectory"), ["portcullis"]);
   assert.deepEqual(service.get("StateDirectory"), ["portcullis"]);
   const config = parse(await Deno.readTextFile(`${EXAMPLE}/config.yaml`));
-  const drainMs: number = config.drain?.timeout_ms ?? 30_000;
+  const drainMs: number = (config.drain?.timeout_ms ?? 30_000) +
+    (config.drain?.lame_duck_ms ?? 5000);
   const stop = service.get("TimeoutStopSec") ?? [];
   assert.equal(stop.length, 1);
   assert.match(stop[0], /^\d+$/);
   assert.ok(Number(stop[0]) * 1000 > drainMs, `TimeoutStopSec=${stop[0]} within ${drainMs} ms`);
+  assert.deepEqual(service.get("ExecReload"), ["/bin/kill -HUP $MAINPID"]);
 });
 
 Deno.test("portcullis-hub.service: the same hardening, and no capability at all", async () => {
@@ -156,17 +158,21 @@ Deno.test("portcullis-hub.service: the same hardening, and no capability at all"
   assert.deepEqual(service.get("CapabilityBoundingSet"), [""]);
   assert.equal(service.get("AmbientCapabilities"), undefined);
   assert.deepEqual(service.get("RuntimeDirectory"), ["portcullis-hub"]);
+  assert.equal(service.get("ExecReload"), undefined, "a hub has no SIGHUP reload");
 });
 
-Deno.test("scripts/unit.ts: TimeoutStopSec follows drain.timeout_ms, 15 s past it", async () => {
+Deno.test("scripts/unit.ts: TimeoutStopSec follows drain.lame_duck_ms + timeout_ms, 15 s past them", async () => {
   const dir = await Deno.makeTempDir();
   try {
     const example = await Deno.readTextFile(`${EXAMPLE}/config.yaml`);
-    await Deno.writeTextFile(`${dir}/config.yaml`, `${example}\ndrain: { timeout_ms: 50000 }\n`);
+    await Deno.writeTextFile(
+      `${dir}/config.yaml`,
+      `${example}\ndrain: { timeout_ms: 50000, lame_duck_ms: 10000 }\n`,
+    );
     await Deno.mkdir(`${dir}/tenants`);
     const run = await deno(["run", ...READ, `${ROOT}scripts/unit.ts`, "config.yaml"], dir);
     assert.equal(run.code, 0, run.stderr);
-    assert.deepEqual(serviceDirectives(run.stdout).get("TimeoutStopSec"), ["65"]);
+    assert.deepEqual(serviceDirectives(run.stdout).get("TimeoutStopSec"), ["75"]);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
