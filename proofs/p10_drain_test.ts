@@ -27,6 +27,7 @@ import {
 } from "../tests/fixtures/http_client.ts";
 import { connectionRefused, envelope } from "../tests/fixtures/in_process.ts";
 import { explained, PATIENCE_MS, pollUntil } from "./fixtures/evidence.ts";
+import { messages } from "../tests/fixtures/diag_lines.ts";
 
 Deno.test("drain proof: SIGTERM waits for in-flight public work, then exits 0", async () => {
   const [publicPort, localPort, providerPort] = freePorts(3);
@@ -89,7 +90,7 @@ Deno.test("drain proof: SIGTERM waits for in-flight public work, then exits 0", 
     const waiting = await health(localPort);
     assert.deepEqual([waiting.status, waiting.active_requests], ["draining", 1]);
     assert.equal(exited, false, "the drain waits for the in-flight request");
-    assert.doesNotMatch(gateway.stderr, /portcullis: drained/);
+    assert.doesNotMatch(messages(gateway.stderr), /^drained/m);
 
     reader.close();
     const status = await pollUntil(
@@ -98,7 +99,7 @@ Deno.test("drain proof: SIGTERM waits for in-flight public work, then exits 0", 
     );
     assert.equal(status.code, 0, gateway.stderr);
     assert.match(gateway.stderr, /draining: public admission stopped/);
-    assert.match(gateway.stderr, /portcullis: drained$/m, "drained with nothing cut at the cap");
+    assert.match(messages(gateway.stderr), /^drained$/m, "drained with nothing cut at the cap");
   }).finally(() => gateway.dispose());
 });
 
@@ -143,7 +144,7 @@ Deno.test("drain proof: the local drain operation needs the admin credential", a
     );
     assert.equal(status.code, 0, gateway.stderr);
     assert.match(gateway.stderr, /draining: public admission stopped/);
-    assert.match(gateway.stderr, /portcullis: drained$/m);
+    assert.match(messages(gateway.stderr), /^drained$/m);
   }).finally(() => gateway.dispose());
 });
 

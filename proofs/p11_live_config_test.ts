@@ -23,6 +23,7 @@ import {
   writeRemoteEdge,
 } from "../tests/fixtures/hub.ts";
 import { connectionRefused, readResponse, waitFor } from "../tests/fixtures/in_process.ts";
+import { messages } from "../tests/fixtures/diag_lines.ts";
 
 const LIMIT_MS = 30_000;
 const OLD = { "old.test.yaml": tenantText("old.test", "old") };
@@ -334,7 +335,7 @@ boundedTest(
         const verb = config === hub.config ? "hub" : "serve";
         const result = await runCli(flags, [verb, config]);
         assert.equal(result.code, 1, `${name}: ${result.stderr}`);
-        assert.match(result.stderr, /portcullis: boot refused/, name);
+        assert.match(messages(result.stderr), /^boot refused/m, name);
         assert.match(result.stderr, /Unscoped --allow-net/, name);
         assert.doesNotMatch(result.stderr, /listening on|ready/, name);
         for (const port of ports) {

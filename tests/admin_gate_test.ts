@@ -40,6 +40,7 @@ import {
   withEdge,
 } from "./fixtures/in_process.ts";
 import { derivedFlags, freePorts, MAIN, proofConfig, writeConfig } from "./fixtures/gateway.ts";
+import { messages } from "./fixtures/diag_lines.ts";
 
 const SLUG = "slug-0123456789abcdef";
 const T1 = "t1_ABCDEFGHIJKLMNOPq";
@@ -519,6 +520,6 @@ Deno.test("admin gate on the real binary, under its derived flags: a hit never r
   assert.ok(statuses.slice(0, -1).every((status) => status === 200 || status === 503));
   assert.ok(!statuses.includes(501), "the hit was logged");
   const stderr = await stderrText;
-  assert.match(stderr, /portcullis: ready/);
+  assert.match(messages(stderr), /^ready: node /m);
   assert.ok(namesNoSegment(`${await stdout}\n${stderr}`));
 });

@@ -16,6 +16,7 @@ import { hubGrants } from "../src/hub/grants.ts";
 import { readYaml } from "../src/config/yaml_file.ts";
 import { derivedFlags, freePorts, proofConfig, writeConfig } from "./fixtures/gateway.ts";
 import { connectionRefused } from "./fixtures/in_process.ts";
+import { messages } from "./fixtures/diag_lines.ts";
 
 /** Deno's net host comparison: lower case, IPv6 compressed, IPv4-mapped IPv6 as IPv4. */
 function hostOf(value: string): { host: string; port?: number } {
@@ -317,7 +318,7 @@ async function serve(flags: readonly string[], config: string): Promise<Served> 
   }, 60_000);
   for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
     stderr += chunk;
-    if (outcome === undefined && /^portcullis: ready/m.test(stderr)) {
+    if (outcome === undefined && /^ready: /m.test(messages(stderr))) {
       outcome = "ready";
       child.kill("SIGTERM");
     }
@@ -359,11 +360,12 @@ for (const [name, value, found] of SIX) {
       assert.equal(run.outcome, 1, `${label}: ${run.stderr}`);
       const needed = exact.find((flag) => flag.startsWith(`--allow-${name}=`)) ??
         `no --allow-${name}`;
-      const line = `portcullis: --allow-${name} reaches ${found}, which the config does not ` +
+      const said = messages(run.stderr).split("\n");
+      const line = `--allow-${name} reaches ${found}, which the config does not ` +
         `need; the config needs ${needed}`;
-      assert.ok(run.stderr.split("\n").includes(line), `${line}\nnot in:\n${run.stderr}`);
-      const usage = `portcullis: boot refused; run with: deno run ${exact.join(" ")} ...`;
-      assert.ok(run.stderr.split("\n").includes(usage), run.stderr);
+      assert.ok(said.includes(line), `${line}\nnot in:\n${run.stderr}`);
+      const usage = `boot refused; run with: deno run ${exact.join(" ")} ...`;
+      assert.ok(said.includes(usage), run.stderr);
       assert.doesNotMatch(run.stderr, /ready/);
       for (const port of ports) {
         assert.equal(await connectionRefused(port), true, `port ${port} stayed unbound`);

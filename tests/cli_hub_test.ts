@@ -26,6 +26,25 @@ async function cli(args: string[]) {
   }
 }
 
+/**
+ * The example's node tokens, written (0600) where they are missing and removed again on dispose;
+ * tokens an operator already made are left alone.
+ */
+async function exampleTokens(): Promise<AsyncDisposable> {
+  const made: string[] = [];
+  for (const node of ["example-remote-edge", "example-door"]) {
+    const file = join(ROOT, "deploy/example/tokens", `${node}.token`);
+    if (await Deno.lstat(file).then(() => true, () => false)) continue;
+    await Deno.writeTextFile(file, `${crypto.randomUUID()}\n`, { mode: 0o600, createNew: true });
+    made.push(file);
+  }
+  return {
+    async [Symbol.asyncDispose]() {
+      for (const file of made) await Deno.remove(file).catch(() => {});
+    },
+  };
+}
+
 Deno.test("cli check: a hub config is validated with its runtime folder", async () => {
   const result = await cli(["check", "deploy/example/hub.yaml"]);
   assert.equal(result.code, 0, result.stderr);
@@ -44,6 +63,9 @@ Deno.test("cli check: a hub config is validated with its runtime folder", async 
 
 Deno.test("cli flags: the example hub, remote edge and door tasks carry exactly the derived flags (compile: tests/deploy_test.ts)", async () => {
   const tasks = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json"))).tasks;
+  // `flags` refuses a remote edge or door whose token file is missing (as `check` does): the
+  // tokens an operator makes first (deploy/example/tokens/README.md), made here for the run.
+  await using _tokens = await exampleTokens();
   for (
     const [task, config] of [
       ["hub", "deploy/example/hub.yaml"],

@@ -99,11 +99,39 @@ Deno.test("an invalid change is rejected whole: the live generation serves on", 
     assert.equal(problem?.value, 99);
     assert.ok(t.lines.some((l) => l.includes("config rejected; generation 1 stays live")));
 
-    // Fixing the file makes the whole set live at once.
+    // Fixing the file makes the whole set live at once, and the log says so.
     await saveTenant(t, site("bad.test", "fixed"));
     await waitFor(() => configOf(t), (c) => c.generation === 2, 5000);
     assert.deepEqual(await get(t, "good.test"), [200, "good"]);
     assert.deepEqual(await get(t, "bad.test"), [200, "fixed"]);
+    const config = t.lines.filter((l) => /config (rejected|accepted|generation)/.test(l));
+    assert.match(
+      config.at(-1) ?? "",
+      /^portcullis: config accepted, generation 2: .* is valid again/,
+    );
+  } finally {
+    await t.dispose();
+  }
+});
+
+Deno.test("a rejected change that is undone logs config accepted for the live generation", async () => {
+  const t = await bootEdge({ lanes: ["public", "local_health"], edit: FAST });
+  try {
+    await Deno.writeTextFile(`${tenantsDir(t)}/bad.test.yaml`, "host: bad.test\nroutes: 7\n");
+    await waitFor(() => configOf(t), (c) => c.last_rejected !== null, 5000);
+    assert.ok(t.lines.some((l) => l.includes("config rejected; generation 1 stays live")));
+    assert.ok(!t.lines.some((l) => l.includes("config accepted")), "nothing accepted yet");
+    // The folder is as it was: no new generation, but the rejection no longer describes it.
+    await Deno.remove(`${tenantsDir(t)}/bad.test.yaml`);
+    const accepted = await waitFor(
+      () => t.lines.filter((l) => l.includes("config accepted")),
+      (lines) => lines.length > 0,
+      5000,
+    );
+    assert.equal(accepted.length, 1);
+    assert.match(accepted[0], /^portcullis: config accepted, generation 1: /);
+    assert.equal((await configOf(t)).generation, 1);
+    assert.equal((await get(t, "demo.test"))[0], 200);
   } finally {
     await t.dispose();
   }

@@ -20,6 +20,7 @@ import { request } from "./fixtures/http_client.ts";
 import { waitFor, withEdge } from "./fixtures/in_process.ts";
 import { certEntry, TestPki } from "./fixtures/certs.ts";
 import { freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
+import { messages } from "./fixtures/diag_lines.ts";
 
 const SALT = "portcullis-test-salt-0123456789";
 
@@ -193,7 +194,7 @@ Deno.test("log_level error keeps boot lines and warnings off stderr", async () =
   }
   assert.doesNotMatch(quiet.stderr, /listening on/);
   assert.doesNotMatch(quiet.stderr, /salt_file/);
-  assert.match(quiet.stderr, /portcullis: ready/);
+  assert.match(messages(quiet.stderr), /^ready: node /m);
 });
 
 Deno.test("certificate expiry is a Unix-time metric labelled by the hashed name, or by position without a salt", async () => {

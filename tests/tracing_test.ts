@@ -16,6 +16,7 @@ import { request } from "./fixtures/http_client.ts";
 import { freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
 import { OtlpCollector, type OtlpSpan } from "./fixtures/otlp_collector.ts";
 import { UpstreamFixture } from "./fixtures/upstream.ts";
+import { messages } from "./fixtures/diag_lines.ts";
 
 const TENANT = "secret-tenant.tracing.test";
 const SECRET = "SECRET123";
@@ -236,8 +237,9 @@ Deno.test("boot is refused, naming what to set, when Deno would export its own s
     // Refused means the refusal is said and the gateway never gets ready (its exit is Deno's:
     // see QUICK_EXPORTS).
     assert.match(refusal, /gateway (exited before ready|not ready in 20 s)/, refusal);
-    assert.match(refusal, /^portcullis: boot refused$/m, refusal);
-    const line = refusal.split("\n").find((l) => l.startsWith("portcullis: Tracing is on"));
+    const said = messages(refusal);
+    assert.match(said, /^boot refused$/m, refusal);
+    const line = said.split("\n").find((l) => l.startsWith("Tracing is on"));
     assert.ok(line, refusal);
     for (const setting of named) assert.ok(line.includes(setting), `${setting} in: ${line}`);
     for (const name of unnamed) assert.ok(!line.includes(name), `${name} in: ${line}`);

@@ -27,6 +27,7 @@ import {
 } from "./fixtures/gateway.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
+import { diagLines } from "./fixtures/diag_lines.ts";
 
 async function twoWorkers(
   edit: (config: Record<string, unknown>) => void = () => {},
@@ -181,8 +182,8 @@ Deno.test("workers: SIGTERM drains every worker and exits 0", async () => {
   try {
     const status = await gateway.stop("SIGTERM");
     assert.equal(status.code, 0, gateway.stderr);
-    assert.match(gateway.stderr, /portcullis: worker 1: drained/);
-    assert.match(gateway.stderr, /portcullis: worker 2: drained/);
+    const drained = diagLines(gateway.stderr).filter((line) => line.msg === "drained");
+    assert.deepEqual(drained.map((line) => line.worker).sort(), [1, 2, undefined]);
   } finally {
     await gateway.dispose();
   }

@@ -36,6 +36,8 @@ export class RequestRecord {
   readonly protocol: string;
   /** The User-Agent as the access log writes it (cut, control characters escaped). */
   readonly userAgent?: string;
+  /** How the path is written in the access log, when not as it is (secrets cut out). */
+  readonly logPath?: (path: string) => string;
   readonly peer: string;
   readonly bytesIn: number;
   /** The tenant's host (hashed before it leaves the process). */
@@ -74,6 +76,7 @@ export class RequestRecord {
       /** node:http's `httpVersion` (`1.1`, `2.0`). */
       httpVersion?: string;
       userAgent?: string | readonly string[];
+      logPath?: (path: string) => string;
     },
     labels?: TenantLabels,
   ) {
@@ -87,6 +90,7 @@ export class RequestRecord {
     this.query = query < 0 ? "" : fields.target.slice(query);
     this.protocol = protocolField(fields.httpVersion);
     this.userAgent = userAgentField(fields.userAgent);
+    this.logPath = fields.logPath;
     this.peer = fields.peer;
     this.bytesIn = fields.bytesIn;
     this.span = tracing.root(this.method, {
@@ -218,7 +222,7 @@ export class Observer {
         tenant: tenant ?? "-",
         route: record.route,
         method: record.method,
-        path: this.#logQuery ? record.path + record.query : record.path,
+        path: (record.logPath?.(record.path) ?? record.path) + (this.#logQuery ? record.query : ""),
         protocol: record.protocol,
         status: record.status,
         bytes_in: record.bytesIn,

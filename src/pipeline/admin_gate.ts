@@ -171,6 +171,27 @@ export function firstSegments(target: string): [string, string, string] {
 }
 
 /**
+ * A path as the access log writes it on the public lane of an edge with an admin gate: each of
+ * its first three segments shaped like a gate segment (16 to 128 of `A-Z a-z 0-9 _ -`) is written
+ * as `-`, so a near miss (a guess one character off the slug) never puts most of a secret in the
+ * log. It looks at the shape only, never at the secret.
+ *
+ * @example
+ * ```ts
+ * import { withoutGateSegments } from "./admin_gate.ts";
+ * withoutGateSegments("/slug-0123456789abcdeX/t1-0123456789abcdef/x"); // "/-/-/x"
+ * withoutGateSegments("/shop/cart"); // "/shop/cart"
+ * ```
+ */
+export function withoutGateSegments(path: string): string {
+  const parts = path.split("/");
+  for (let index = 1; index <= 3 && index < parts.length; index++) {
+    if (SEGMENT.test(parts[index])) parts[index] = "-";
+  }
+  return parts.join("/");
+}
+
+/**
  * Reads the gate's file at boot, as a secret: owner-only, inside its folder, small.
  *
  * @param file the file, resolved

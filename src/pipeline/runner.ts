@@ -32,7 +32,7 @@ import type { Arrival } from "../server/arrival.ts";
 import type { ServerLimits } from "../server/lane_listener.ts";
 import { withoutHsts } from "../server/plain_reply.ts";
 import type { ReplyChannel } from "../server/reply_channel.ts";
-import { type AdminGate, adminGateAnswer } from "./admin_gate.ts";
+import { type AdminGate, adminGateAnswer, withoutGateSegments } from "./admin_gate.ts";
 import { DeadlineSweep, type Expiring } from "./deadline_sweep.ts";
 import { Exchange } from "./exchange.ts";
 import {
@@ -278,6 +278,8 @@ class Runner<S extends PipelineServices> implements Pipeline {
       scheme: arrival.tls ? "https" : "http",
       httpVersion: request.httpVersion,
       userAgent: request.headers["user-agent"],
+      // Behind an admin gate, a near miss must not log most of a secret (admin_gate.ts).
+      logPath: this.#adminGate ? withoutGateSegments : undefined,
       traceparent: typeof traceparent === "string" && fromTrustedPeer(peer, this.#services.trusted)
         ? traceparent
         : undefined,
