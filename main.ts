@@ -223,7 +223,8 @@ async function run(verb: string, file: string): Promise<number> {
   const edge = await startWorkers(plan, { version: VERSION });
   // SIGTERM and SIGINT drain (lame duck first); SIGHUP reloads the runtime set.
   const stopSignals = followSignals(edge, (line) => log.line(line));
-  log.info(
+  // Said whatever observe.log_level is: supervisors and tests wait for it.
+  diagnostics().info(
     `ready: node ${config.nodeId}, ` +
       `${new Set(plan.lanes.map((l) => l.table.descriptor.name)).size} lanes, ` +
       `${plan.tenants.tenants.length} tenants` +
