@@ -357,8 +357,10 @@ Deno.test("userAgentField() cuts at 128 characters and escapes control character
   assert.equal(long.length, USER_AGENT_CHARS);
   assert.equal(USER_AGENT_CHARS, 128);
   assert.equal(userAgentField(["a", "b"]), "a, b");
-  // Cut before escaping: an escape at the edge is whole, never half of \xNN.
-  assert.equal(userAgentField("x".repeat(127) + "\u0001")!.slice(127), "\\x01");
+  // Escaped, then cut: never more than 128 characters, never half of an escape.
+  assert.equal(userAgentField("x".repeat(124) + "\u0001"), "x".repeat(124) + "\\x01");
+  assert.equal(userAgentField("x".repeat(125) + "\u0001yz"), "x".repeat(125));
+  assert.equal(userAgentField("\u0001".repeat(100))!.length, 128);
 });
 
 Deno.test("protocolField() names HTTP/1.0, HTTP/1.1 and HTTP/2", () => {

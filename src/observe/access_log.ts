@@ -158,8 +158,9 @@ export function shouldLog(lane: string, path: string): boolean {
 export const USER_AGENT_CHARS = 128;
 
 /**
- * A User-Agent header as the access log writes it: at most {@link USER_AGENT_CHARS} characters,
- * control characters (C0, DEL, C1) written as `\xNN`. Undefined when no header was sent.
+ * A User-Agent header as the access log writes it: control characters (C0, DEL, C1) written as
+ * `\xNN`, then cut to at most {@link USER_AGENT_CHARS} characters (never inside an escape).
+ * Undefined when no header was sent.
  *
  * @param header the header value (node:http joins repeats with ", ")
  * @example
@@ -175,11 +176,15 @@ export const USER_AGENT_CHARS = 128;
 export function userAgentField(header: string | readonly string[] | undefined): string | undefined {
   if (header === undefined) return undefined;
   const text = typeof header === "string" ? header : header.join(", ");
-  return text.slice(0, USER_AGENT_CHARS).replace(
-    // deno-lint-ignore no-control-regex
-    /[\x00-\x1f\x7f-\x9f]/g,
-    (char) => `\\x${char.charCodeAt(0).toString(16).padStart(2, "0")}`,
-  );
+  let out = "";
+  for (const char of text) {
+    const code = char.charCodeAt(0);
+    const control = code < 0x20 || (code >= 0x7f && code <= 0x9f);
+    const piece = control ? `\\x${code.toString(16).padStart(2, "0")}` : char;
+    if (out.length + piece.length > USER_AGENT_CHARS) break;
+    out += piece;
+  }
+  return out;
 }
 
 /**
