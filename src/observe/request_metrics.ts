@@ -69,15 +69,14 @@ export interface FinishedRequest {
 /** The per-request counters and histograms of one worker. */
 export class RequestMetrics {
   readonly #requests = new Map<string, number>();
-  /** `lane\thistogram` → buckets, +Inf, sum. */
-  readonly #histograms = new Map<string, Float64Array>();
+  /** Per lane, per histogram: buckets, +Inf, sum. */
+  readonly #histograms = new Map<LaneName, Record<HistogramName, Float64Array>>();
   readonly #others = new Map<number, MetricCounts>();
 
   constructor() {
     for (const lane of LANE_NAMES) {
-      for (const which of HISTOGRAMS) {
-        this.#histograms.set(`${lane}\t${which}`, new Float64Array(BUCKETS.length + 2));
-      }
+      const empty = () => new Float64Array(BUCKETS.length + 2);
+      this.#histograms.set(lane, { request: empty(), gateway: empty(), upstream: empty() });
     }
   }
 
@@ -91,19 +90,23 @@ export class RequestMetrics {
     const count = this.#requests.get(key);
     if (count !== undefined) this.#requests.set(key, count + 1);
     else if (this.#requests.size < SERIES_CAP) this.#requests.set(key, 1);
-    observe(this.#histograms.get(`${lane}\trequest`)!, totalS);
-    observe(this.#histograms.get(`${lane}\tgateway`)!, Math.max(0, totalS - upstreamS));
-    if (upstreamS > 0) observe(this.#histograms.get(`${lane}\tupstream`)!, upstreamS);
+    const histograms = this.#histograms.get(lane)!;
+    observe(histograms.request, totalS);
+    observe(histograms.gateway, Math.max(0, totalS - upstreamS));
+    if (upstreamS > 0) observe(histograms.upstream, upstreamS);
   }
 
   /** This worker's own counts, as plain data. */
   counts(): MetricCounts {
     return {
       requests: [...this.#requests],
-      histograms: [...this.#histograms].map(([key, counts]) => {
-        const [lane, which] = key.split("\t") as [LaneName, HistogramName];
-        return [lane, which, [...counts]];
-      }),
+      histograms: LANE_NAMES.flatMap((lane) =>
+        HISTOGRAMS.map((which): [string, HistogramName, number[]] => [
+          lane,
+          which,
+          [...this.#histograms.get(lane)![which]],
+        ])
+      ),
     };
   }
 
@@ -123,7 +126,7 @@ export class RequestMetrics {
 
   /** One lane's histogram, every worker summed: buckets, +Inf, sum. */
   histogram(lane: LaneName, which: HistogramName): number[] {
-    const total = [...this.#histograms.get(`${lane}\t${which}`)!];
+    const total = [...this.#histograms.get(lane)![which]];
     for (const counts of this.#others.values()) {
       const entry = counts.histograms.find(([l, w]) => l === lane && w === which);
       entry?.[2].forEach((n, i) => total[i] += n);
