@@ -12,6 +12,7 @@ import {
   writeConfig,
 } from "./fixtures/gateway.ts";
 import { unixRequest } from "./fixtures/unix_request.ts";
+import { messages } from "./fixtures/diag_lines.ts";
 
 async function unixGet(socket: string, path: string): Promise<string> {
   return await unixRequest(socket, path);
@@ -59,7 +60,7 @@ Deno.test("serve refuses a Unix socket lane whose folder does not exist, naming 
     const result = await runCli(await derivedFlags(dir.config), ["serve", dir.config]);
     assert.equal(result.code, 1);
     assert.match(
-      result.stderr,
+      messages(result.stderr),
       /Cannot bind lane "local_health" on unix:.*\/run\/local\.sock: its folder does not exist/,
     );
   } finally {

@@ -19,6 +19,7 @@ import {
 import { ADMIN_AUTH, freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
+import { messages } from "./fixtures/diag_lines.ts";
 
 tlsTest(
   "tls cli: serve with the derived flags loads, serves, reloads and watches certificates",
@@ -38,7 +39,7 @@ tlsTest(
       const read = gateway.flags.find((flag) => flag.startsWith("--allow-read="))!;
       assert.ok(read.split("=")[1].split(",").includes(pki.dir), `derived: ${read}`);
       assert.ok(!gateway.flags.some((flag) => flag === "--allow-read" || flag === "-A"));
-      assert.match(gateway.stderr, /lane "public" listening on 127\.0\.0\.1:\d+ \(TLS\)/);
+      assert.match(messages(gateway.stderr), /lane "public" listening on 127\.0\.0\.1:\d+ \(TLS\)/);
 
       const ca = [pki.ca.certPem];
       const served = await handshake(publicPort, { servername: "a.test", ca });
