@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { parse, stringify } from "yaml";
 import { freePorts, MAIN } from "./fixtures/gateway.ts";
-import { request } from "./fixtures/http_client.ts";
+import { json, request } from "./fixtures/http_client.ts";
 import { eventually, portClosed, ServedProcess } from "./fixtures/served_process.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -55,8 +55,10 @@ async function exampleCopy(): Promise<ExampleCopy> {
       await write();
     },
     async startTask() {
-      const tasks = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`)).tasks;
-      const start: string = tasks.start.replaceAll("deploy/example/config.yaml", config)
+      const task = JSON.parse(await Deno.readTextFile(`${ROOT}deno.json`)).tasks.start;
+      // A task is a command, or an object with a description and its command.
+      const command: string = typeof task === "string" ? task : task.command;
+      const start = command.replaceAll("deploy/example/config.yaml", config)
         .replaceAll("main.ts", MAIN);
       const file = `${dir}/deno.json`;
       await Deno.writeTextFile(file, JSON.stringify({ tasks: { start } }));
@@ -153,8 +155,10 @@ Deno.test("deno task start: flags follow the config; egress.socks boots where th
   });
 });
 
-Deno.test("scripts/portcullis becomes the gateway: SIGTERM to its PID drains it and the port closes", async () => {
+Deno.test("scripts/portcullis becomes the gateway: SIGTERM to its PID drains it, lame duck first", async () => {
   await withCopy(async (copy) => {
+    const windowMs = 4000;
+    await copy.edit((config) => config.drain = { lame_duck_ms: windowMs });
     const launcher = new ServedProcess(`${ROOT}scripts/portcullis`, ["serve", copy.config], {
       cwd: copy.dir,
       env: { DENO: Deno.execPath() },
@@ -166,8 +170,46 @@ Deno.test("scripts/portcullis becomes the gateway: SIGTERM to its PID drains it 
       assert.match(cmdline, /--allow-net=127\.0\.0\.1:\d+/, "under derived flags");
       const home = await request(copy.ports.public, { path: "/", headers: DEMO });
       assert.equal(home.status, 200);
+      const signalled = performance.now();
       launcher.signal("SIGTERM");
-      assert.ok(await eventually(() => portClosed(copy.ports.public), 10_000));
+      const readyz = () => request(copy.ports.local_health, { path: "/readyz" });
+      assert.ok(await eventually(async () => (await readyz()).status === 503, 2000));
+      const health = json(await request(copy.ports.local_health, { path: "/v1/health" }));
+      assert.deepEqual([health.status, health.ready], ["draining", false]);
+      const during = await request(copy.ports.public, { path: "/", headers: DEMO });
+      const inWindow = performance.now() - signalled;
+      assert.equal(during.status, 200, "the public lane serves through the lame-duck window");
+      assert.ok(inWindow < windowMs, `checked ${inWindow} ms after SIGTERM: past the window`);
+      assert.ok(await eventually(() => portClosed(copy.ports.public), 15_000));
+      const closedAfter = performance.now() - signalled;
+      assert.ok(closedAfter >= windowMs - 100, `public closed ${closedAfter} ms after SIGTERM`);
+      assert.equal((await launcher.exit(10_000))?.code, 0);
+    } finally {
+      await launcher.dispose();
+      killLeftovers(copy.dir);
+    }
+  });
+});
+
+Deno.test("POST /v1/drain with nothing in flight is answered before the process exits 0", async () => {
+  await withCopy(async (copy) => {
+    const token = "start-task-admin-token-0123456789";
+    await Deno.writeTextFile(`${copy.dir}/admin.token`, `${token}\n`, { mode: 0o600 });
+    await Deno.chmod(`${copy.dir}/admin.token`, 0o600);
+    await copy.edit((config) => config.admin = { token_file: "admin.token" });
+    const launcher = new ServedProcess(`${ROOT}scripts/portcullis`, ["serve", copy.config], {
+      cwd: copy.dir,
+      env: { DENO: Deno.execPath() },
+    });
+    try {
+      await launcher.line(READY);
+      const drain = await request(copy.ports.local_health, {
+        method: "POST",
+        path: "/v1/drain",
+        headers: [["Authorization", `Bearer ${token}`]],
+      });
+      assert.equal(drain.status, 202);
+      assert.deepEqual(json(drain), { draining: true, active_requests: 0 });
       assert.equal((await launcher.exit(10_000))?.code, 0);
     } finally {
       await launcher.dispose();

@@ -87,7 +87,8 @@ export class Lifecycle {
   /** Lets connections reach the handlers and reports the edge ready. */
   arm(): void {
     this.armed = true;
-    this.state.ready = true;
+    // A drain asked for during boot wins: never ready while draining.
+    this.state.ready = !this.state.draining;
   }
 
   /**
