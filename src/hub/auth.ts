@@ -120,11 +120,27 @@ export function commonNamesOf(der: Uint8Array | undefined): string[] {
   }
 }
 
+/** A token authenticator: the whole check from a request, and the check of a token already taken. */
+export interface TokenAuthenticator extends NodeAuthenticator {
+  /**
+   * Whether `token` is `nodeId`'s (what the api's `bearerAuth` asks once it has taken the token
+   * from the header): the same work for any node id, known or not.
+   */
+  readonly verify: (nodeId: string, token: string) => Promise<AuthResult>;
+}
+
+/** A token as RFC 6750 §2.1 spells one (`b64token`), as `Authorization: Bearer` may carry it. */
+export const BEARER_TOKEN = /^[A-Za-z0-9._~+/-]+=*$/;
+
+/** Tokens longer than this authenticate nobody (the hub's own are 64 characters). */
+const MAX_TOKEN = 1024;
+
 /**
  * Token files: `Authorization: Bearer <token>` must equal `<dir>/<node_id>.token` (trimmed). Each
  * file is read rooted in `dir` as a secret (config/rooted_read.ts): one that links out of the
- * folder, or that group or others may read (mode other than 0600/0400), authenticates nobody
- * (logged once). Files are read into a {@link TokenBook}, never on behalf of one request.
+ * folder, that group or others may read (mode other than 0600/0400), or whose token is no RFC 6750
+ * bearer token authenticates nobody (logged once). Files are read into a {@link TokenBook}, never
+ * on behalf of one request.
  *
  * @param dir the tokens folder
  * @param options where refused token files are logged
@@ -132,17 +148,15 @@ export function commonNamesOf(der: Uint8Array | undefined): string[] {
 export function tokenAuth(
   dir: string,
   options: { readonly log?: (line: string) => void } = {},
-): NodeAuthenticator {
+): TokenAuthenticator {
   const book = new TokenBook(dir, options.log ?? (() => {}));
-  return async function authenticateToken(request, nodeId) {
-    const header = request.headers.authorization ?? "";
-    const match = /^Bearer ([\x21-\x7e]{1,1024})$/.exec(header);
+  const verify = async function verifyToken(nodeId: string, token: string): Promise<AuthResult> {
     const entry = await book.lookup(nodeId);
-    const presented = book.digest(match?.[1] ?? "");
+    const presented = book.digest(token);
     const same = timingSafeEqual(presented, entry.digest);
     // Always a second comparison, against the node's last removed token or the dummy's.
     const retired = timingSafeEqual(presented, entry.retired);
-    if (match === null) return REFUSED;
+    if (token.length > MAX_TOKEN) return REFUSED;
     if (same && entry.known) {
       const revoked = async () => {
         const now = await book.lookup(nodeId);
@@ -152,6 +166,14 @@ export function tokenAuth(
     }
     return retired && entry.wasKnown ? REVOKED : REFUSED;
   };
+  const authenticateToken = async (request: IncomingMessage, nodeId: string) => {
+    const header = request.headers.authorization ?? "";
+    const match = /^Bearer (\S+)$/.exec(header);
+    const token = match && BEARER_TOKEN.test(match[1]) ? match[1] : undefined;
+    const result = await verify(nodeId, token ?? "");
+    return token === undefined ? REFUSED : result;
+  };
+  return Object.assign(authenticateToken, { verify });
 }
 
 /** Reads one node's token file: rooted in the folder, a secret, at most 4 KiB, trimmed. */
@@ -258,7 +280,12 @@ class TokenBook {
         if (!NODE_ID.test(nodeId)) continue;
         try {
           const token = await readTokenFile(this.#dir, nodeId);
-          if (token.length > 0) digests.set(nodeId, this.digest(token));
+          if (token.length > 0 && !BEARER_TOKEN.test(token)) {
+            refusals.push(
+              `${nodeId}.token holds characters a bearer token cannot carry (RFC 6750: ` +
+                `A-Z a-z 0-9 . _ ~ + / - then = padding); node "${nodeId}" cannot authenticate`,
+            );
+          } else if (token.length > 0) digests.set(nodeId, this.digest(token));
         } catch (error) {
           // Removed since the listing: the folder's mtime changed, so the next request reads again.
           if (error instanceof RootedReadError && error.reason === "missing") continue;

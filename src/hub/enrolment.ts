@@ -15,6 +15,7 @@
  * @module
  */
 import type { IncomingMessage } from "node:http";
+import * as v from "valibot";
 import { failureReply } from "../request/errors.ts";
 import { jsonReply, type Reply } from "../request/reply.ts";
 import { issuedFor, type Issuer, signNodeCsr } from "../trust/ca.ts";
@@ -25,6 +26,17 @@ import { NODE_ID } from "./auth.ts";
 const MAX_BODY = 32 * 1024;
 /** A longer body is read and dropped up to this size, then the connection is cut. */
 const DRAIN_CAP = 1024 * 1024;
+
+/** `POST /v1/nodes/register`'s body; what the strings hold is checked by {@link Enrolment.register}. */
+export const RegisterBody = v.object({
+  node_id: v.string(),
+  node_type: v.string(),
+  csr: v.string(),
+  secret: v.string(),
+});
+
+/** `POST /v1/nodes/renew`'s body. */
+export const RenewBody = v.object({ node_id: v.string(), csr: v.string() });
 
 /** What signing needs. */
 export interface EnrolmentOptions {
@@ -44,11 +56,9 @@ export class Enrolment {
   }
 
   /** `POST /v1/nodes/register`: `{node_id, node_type, csr, secret}` → `{certificate, ca}`. */
-  async register(request: IncomingMessage, requestId: string): Promise<Reply> {
-    const body = await readJsonBody(request);
-    if (!body) return failureReply("payload_not_json", requestId);
-    const nodeId = text(body.node_id);
-    const nodeType = text(body.node_type);
+  async register(body: v.InferOutput<typeof RegisterBody>, requestId: string): Promise<Reply> {
+    const nodeId = body.node_id;
+    const nodeType = body.node_type;
     const refuse = (why: string) => {
       this.#options.log(`portcullis: hub: registration of node ${quote(nodeId)} refused: ${why}`);
       return failureReply("registration_refused", requestId);
@@ -56,13 +66,13 @@ export class Enrolment {
     // The secret first, the same work for any node id (the secrets compare digests).
     const spent = await this.#options.secrets.consume(
       NODE_ID.test(nodeId) ? nodeId : "",
-      text(body.secret),
+      body.secret,
     );
     if (!spent.ok) return refuse("no unspent secret matches");
     if (nodeType !== spent.nodeType) {
       return refuse(`the secret was made for a ${spent.nodeType}, not a ${quote(nodeType)}`);
     }
-    const signed = await this.#sign(nodeId, spent.nodeType, text(body.csr));
+    const signed = await this.#sign(nodeId, spent.nodeType, body.csr);
     if (!signed.ok) return refuse(`${signed.reason}: ${signed.detail} (the secret is spent)`);
     this.#options.log(
       `portcullis: hub: registered ${spent.nodeType} ${nodeId} (certificate ${signed.serial}, ` +
@@ -75,16 +85,18 @@ export class Enrolment {
    * `POST /v1/nodes/renew` from a node already authenticated as `nodeId` by a valid, unrevoked
    * certificate: `{node_id, csr}` → `{certificate, ca}`, for the node type it was registered as.
    */
-  async renew(request: IncomingMessage, requestId: string, nodeId: string): Promise<Reply> {
-    const body = await readJsonBody(request);
-    if (!body) return failureReply("payload_not_json", requestId);
+  async renew(
+    body: v.InferOutput<typeof RenewBody>,
+    requestId: string,
+    nodeId: string,
+  ): Promise<Reply> {
     const issued = await issuedFor(this.#options.issuer.files.dir, nodeId).catch(() => []);
     const nodeType = issued.at(-1)?.nodeType;
-    if (text(body.node_id) !== nodeId || (nodeType !== "edge" && nodeType !== "door")) {
+    if (body.node_id !== nodeId || (nodeType !== "edge" && nodeType !== "door")) {
       this.#options.log(`portcullis: hub: renewal for ${nodeId} refused: not a node the CA issued`);
       return failureReply("renewal_refused", requestId);
     }
-    const signed = await this.#sign(nodeId, nodeType, text(body.csr));
+    const signed = await this.#sign(nodeId, nodeType, body.csr);
     if (!signed.ok) {
       this.#options.log(
         `portcullis: hub: renewal for ${nodeId} refused: ${signed.reason}: ${signed.detail}`,
@@ -111,11 +123,6 @@ export class Enrolment {
       not_after: signed.notAfter.toISOString(),
     });
   }
-}
-
-/** A string field's value, or "" for anything else. */
-function text(value: unknown): string {
-  return typeof value === "string" ? value : "";
 }
 
 /** A node id for the log: quoted, and cut short when it is no node id. */

@@ -34,7 +34,8 @@ import { certificateAuth } from "./auth.ts";
 import { type HttpsTunnel, tunnelRoute } from "./https_tunnel.ts";
 import type { HubConfig, HubListenerRole } from "./config.ts";
 import { ConfigFeed } from "./feed.ts";
-import { HubListeners, type HubRoute, type ListenerSpec, TlsRefusals } from "./listeners.ts";
+import { HubListeners, type ListenerSpec, TlsRefusals } from "./listeners.ts";
+import { hubApiApp, hubHealthApp, hubRoute } from "./hub_app.ts";
 import { HubRoutes, type NodeRecord } from "./routes.ts";
 import type { PoolPorts, SocksRelay } from "./socks_relay.ts";
 import { type EmbeddedPool, startEmbeddedPool } from "./embedded_pool.ts";
@@ -187,12 +188,9 @@ function listenerSpecs(
   },
 ): ListenerSpec[] {
   const { tls, relay, tunnel, trust } = parts;
-  const api: HubRoute = (request, response, id) => routes.api(request, response, id);
-  const health: HubRoute = (request, response, id) => routes.health(request, response, id);
-  const byCertificate = certificateAuth(trust.revocations);
-  const tunnelApi = tunnelRoute((request, response, id) =>
-    routes.api(request, response, id, byCertificate)
-  );
+  const api = hubRoute(hubApiApp(routes, routes.options.authenticate));
+  const health = hubRoute(hubHealthApp(routes));
+  const tunnelApi = tunnelRoute(hubRoute(hubApiApp(routes, certificateAuth(trust.revocations))));
   const { socks5Tls, httpsTunnel } = config;
   return [
     ...config.api.listen.map((address) => ({ role: "api" as const, address, route: api, tls })),

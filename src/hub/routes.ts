@@ -1,24 +1,23 @@
 /**
- * What the hub's listeners answer. `api` serves the edges' config stream (and so does the
- * `https_tunnel` endpoint, authenticating by client certificate whatever `api` uses): a poll passes route,
- * method, node id, credential and allow-list in that order (a node id that is no file name is
- * refused before any credential is looked at), is recorded as a node, then held until the set
- * changes, the hold ends, the client goes or the hub stops. `health` (loopback) serves status,
- * nodes and reload. Each answers only its own routes; every refusal is a kind from the shared
- * failure table, written by `src/request/write_reply.ts`.
+ * What the hub's routes act on: the nodes seen, the polls held, status, reload, and the answers of
+ * the config stream, the door stream and the pool's view. Which request reaches which answer —
+ * routes, methods, query and body checks, credentials, allow-lists — is the Hono apps' job
+ * (`hub_app.ts`); this class is what they call once a request has passed them. A held poll is
+ * answered when the set changes, the hold ends, the client goes or the hub stops, and ended
+ * `node_revoked` when its credential is revoked meanwhile.
  *
  * @module
  */
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { ServerResponse } from "node:http";
 import { configStatus, type ConfigStore } from "../live/generations.ts";
 import type { RuntimeReloader } from "../live/runtime_watch.ts";
 import { formatPath } from "../config/problems.ts";
-import { type FailureKind, failureReply } from "../request/errors.ts";
+import { failureReply } from "../request/errors.ts";
 import { jsonReply, type Reply } from "../request/reply.ts";
-import { type AuthResult, NODE_ID, type NodeAuthenticator } from "./auth.ts";
+import type { AuthResult, NodeAuthenticator } from "./auth.ts";
 import type { Enrolment } from "./enrolment.ts";
 import type { Revocations } from "./revocation.ts";
-import { DOOR_STREAM_PATH, type DoorService } from "./mirrors/service.ts";
+import type { DoorService } from "./mirrors/service.ts";
 import type { HubConfig } from "./config.ts";
 import type { ConfigFeed } from "./feed.ts";
 import type { TlsRefusals } from "./listeners.ts";
@@ -71,13 +70,13 @@ interface HeldPoll {
 /** The hub's routes and the state they share: the nodes seen, and the signal that stops holds. */
 export class HubRoutes {
   readonly nodes = new Map<string, NodeRecord>();
-  readonly #options: HubRoutesOptions;
+  readonly options: HubRoutesOptions;
   readonly #stopping = new AbortController();
   readonly #held = new Set<HeldPoll>();
 
   /** @param options the generations, feed, reloader and authenticator the routes serve from */
   constructor(options: HubRoutesOptions) {
-    this.#options = options;
+    this.options = options;
     options.revocations.onLook(() => void this.#endRevoked());
   }
 
@@ -95,148 +94,50 @@ export class HubRoutes {
 
   /** The hub's state for `/v1/config`: its generations, held polls, refused handshakes, nodes. */
   status(): Record<string, unknown> {
-    const { config, store, feed, refusals } = this.#options;
+    const { config, store, feed, refusals } = this.options;
     return {
       node_id: config.nodeId,
       ...configStatus(store, (p) => formatPath(p.path)),
       held_polls: feed.waiting,
       tls_refused: refusals.count,
-      revocation: this.#options.revocations.status(),
-      doors: this.#options.doors?.status() ?? null,
+      revocation: this.options.revocations.status(),
+      doors: this.options.doors?.status() ?? null,
       nodes: [...this.nodes.values()],
     };
   }
 
-  /**
-   * The api listener: `/healthz`, and the config stream for an authenticated, allowed node.
-   *
-   * @param authenticate how the node proves who it is (default: the api's way)
-   */
-  async api(
-    request: IncomingMessage,
-    response: ServerResponse,
-    requestId: string,
-    authenticate: NodeAuthenticator = this.#options.authenticate,
-  ): Promise<Reply | undefined> {
-    const url = new URL(request.url ?? "/", "http://hub");
-    if (url.pathname === "/healthz" && isRead(request)) return jsonReply({ status: "ok" });
-    const enrolment = this.#options.enrolment;
-    if (enrolment && url.pathname.startsWith("/v1/nodes/")) {
-      return await this.#enrol(enrolment, request, url, requestId, authenticate);
-    }
-    const doors = this.#options.doors;
-    if (doors && url.pathname === DOOR_STREAM_PATH) {
-      return await this.#answerDoor(doors, request, url, response, requestId, authenticate);
-    }
-    const auth: { result?: AuthResult } = {};
-    const refusal = await this.#refusePoll(request, url, authenticate, auth);
-    if (refusal) return failureReply(refusal, requestId);
-    if (url.pathname === "/v1/pool") return jsonReply({ backends: this.#options.pool?.() ?? [] });
-    return await this.#answerPoll(url, response, requestId, auth.result);
+  /** The pool's view (`/v1/pool`): its SOCKS ports, with latency and errors when it knows. */
+  pool(): Reply {
+    return jsonReply({ backends: this.options.pool?.() ?? [] });
   }
 
-  /**
-   * `POST /v1/nodes/register` (a secret, no certificate) and `POST /v1/nodes/renew` (a node
-   * authenticated by its certificate, `?node_id=`, allowed by `api.nodes`).
-   */
-  async #enrol(
-    enrolment: Enrolment,
-    request: IncomingMessage,
-    url: URL,
-    requestId: string,
-    authenticate: NodeAuthenticator,
-  ): Promise<Reply> {
-    const path = url.pathname;
-    if (path !== "/v1/nodes/register" && path !== "/v1/nodes/renew") {
-      return failureReply("route_not_allowed", requestId);
-    }
-    if (request.method !== "POST") return failureReply("method_not_allowed", requestId);
-    if (path === "/v1/nodes/register") return await enrolment.register(request, requestId);
-    const nodeId = url.searchParams.get("node_id") ?? "";
-    if (!NODE_ID.test(nodeId)) return failureReply("bad_node_id", requestId);
-    const auth = await authenticate(request, nodeId);
-    if (!auth.ok) return failureReply(auth.kind, requestId);
-    const allowed = this.#options.config.api.nodes;
-    if (allowed && !allowed.includes(nodeId)) return failureReply("node_not_allowed", requestId);
-    return await enrolment.renew(request, requestId, nodeId);
-  }
-
-  /** The health listener (loopback): `/healthz`, status, nodes, and reload on POST. */
-  async health(
-    request: IncomingMessage,
-    _response: ServerResponse,
-    requestId: string,
-  ): Promise<Reply> {
-    const path = new URL(request.url ?? "/", "http://hub").pathname;
-    if (path === "/healthz" && isRead(request)) return jsonReply({ status: "ok" });
-    if (path === "/v1/config" && isRead(request)) return jsonReply(this.status());
-    if (path === "/v1/nodes" && isRead(request)) {
-      return jsonReply({ nodes: [...this.nodes.values()] });
-    }
-    if (path === "/v1/config/reload" && request.method === "POST") {
-      const outcome = await this.#options.reloader.reload();
-      await this.#options.doors?.reload();
-      const status = outcome.outcome === "rejected" ? 422 : 200;
-      return jsonReply({ outcome: outcome.outcome, ...this.status() }, status);
-    }
-    return failureReply("route_not_allowed", requestId);
-  }
-
-  /**
-   * Why a stream poll (or a read of the pool's view, `/v1/pool`) is refused: route, method, node id,
-   * credential, allow-list.
-   */
-  async #refusePoll(
-    request: IncomingMessage,
-    url: URL,
-    authenticate: NodeAuthenticator,
-    out: { result?: AuthResult },
-  ): Promise<FailureKind | undefined> {
-    const pool = url.pathname === "/v1/pool" && this.#options.pool !== undefined;
-    if (url.pathname !== "/v1/config/stream" && !pool) return "route_not_allowed";
-    if (!isRead(request)) return "method_not_allowed";
-    const nodeId = url.searchParams.get("node_id") ?? "";
-    if (!NODE_ID.test(nodeId)) return "bad_node_id";
-    const auth = await authenticate(request, nodeId);
-    if (!auth.ok) return auth.kind;
-    out.result = auth;
-    const allowed = this.#options.config.api.nodes;
-    if (allowed && !allowed.includes(nodeId)) return "node_not_allowed";
-    // A door never gets the tenant set (backends, onion addresses) or the pool.
-    if (await this.#isDoor(nodeId)) return "node_not_allowed";
-    return undefined;
+  /** `POST /v1/config/reload` on the health listener: reads the folder (and the doors) now. */
+  async reload(): Promise<Reply> {
+    const outcome = await this.options.reloader.reload();
+    await this.options.doors?.reload();
+    const status = outcome.outcome === "rejected" ? 422 : 200;
+    return jsonReply({ outcome: outcome.outcome, ...this.status() }, status);
   }
 
   /** True when the node follows as a door (`doors.nodes`, or the type the CA issued it as). */
-  async #isDoor(nodeId: string): Promise<boolean> {
-    const doors = this.#options.doors;
-    if (!doors) return (await this.#options.nodeTypeOf(nodeId)) === "door";
-    return doors.isDoorNode(nodeId, await this.#options.nodeTypeOf(nodeId));
+  async isDoor(nodeId: string): Promise<boolean> {
+    const doors = this.options.doors;
+    if (!doors) return (await this.options.nodeTypeOf(nodeId)) === "door";
+    return doors.isDoorNode(nodeId, await this.options.nodeTypeOf(nodeId));
   }
 
   /**
-   * `GET /v1/doors/stream` for an authenticated door (method, node id, credential, allow-list, door
-   * type in that order), held like a config poll and ended `node_revoked` the same way.
+   * `GET /v1/doors/stream` for a door that passed its checks: held like a config poll and ended
+   * `node_revoked` the same way.
    */
-  async #answerDoor(
+  async answerDoor(
     doors: DoorService,
-    request: IncomingMessage,
     url: URL,
     response: ServerResponse,
-    requestId: string,
-    authenticate: NodeAuthenticator,
+    held: { readonly requestId: string; readonly auth: AuthResult | undefined },
   ): Promise<Reply | undefined> {
-    if (!isRead(request)) return failureReply("method_not_allowed", requestId);
-    const nodeId = url.searchParams.get("node_id") ?? "";
-    if (!NODE_ID.test(nodeId)) return failureReply("bad_node_id", requestId);
-    const auth = await authenticate(request, nodeId);
-    if (!auth.ok) return failureReply(auth.kind, requestId);
-    const allowed = this.#options.config.api.nodes;
-    if (allowed && !allowed.includes(nodeId)) return failureReply("node_not_allowed", requestId);
-    if (!doors.isDoorNode(nodeId, await this.#options.nodeTypeOf(nodeId))) {
-      return failureReply("node_not_allowed", requestId);
-    }
-    return await this.#revocable(auth, requestId, (signal) => doors.answer(url, response, signal));
+    const answer = (signal: AbortSignal) => doors.answer(url, response, signal);
+    return await this.#revocable(held.auth, held.requestId, answer);
   }
 
   /**
@@ -267,26 +168,24 @@ export class HubRoutes {
    * when the client went away while it was held, `node_revoked` when its credential was revoked
    * while it was held.
    */
-  async #answerPoll(
-    url: URL,
+  async answerPoll(
+    poll: { readonly nodeId: string; readonly have: string; readonly wait?: string },
     response: ServerResponse,
-    requestId: string,
-    auth: AuthResult | undefined,
+    held: { readonly requestId: string; readonly auth: AuthResult | undefined },
   ): Promise<Reply | undefined> {
-    const nodeId = url.searchParams.get("node_id")!;
-    const have = url.searchParams.get("have") ?? "";
-    const hold = url.searchParams.get("wait") === "0" ? 0 : this.#options.config.holdMs;
+    const { nodeId, have } = poll;
+    const hold = poll.wait === "0" ? 0 : this.options.config.holdMs;
     const record = this.nodes.get(nodeId) ??
       { node_id: nodeId, last_seen: "", have: "", served_generation: 0, holding: false, polls: 0 };
     this.nodes.set(nodeId, record);
     Object.assign(record, { last_seen: new Date().toISOString(), have, holding: true });
     record.polls++;
-    return await this.#revocable(auth, requestId, async (revoked) => {
+    return await this.#revocable(held.auth, held.requestId, async (revoked) => {
       const gone = new AbortController();
       const onClose = () => gone.abort();
       response.once("close", onClose);
       const signal = AbortSignal.any([gone.signal, this.#stopping.signal, revoked]);
-      const answer = await this.#options.feed.answer(have, hold, signal);
+      const answer = await this.options.feed.answer(have, hold, signal);
       response.off("close", onClose);
       record.holding = false;
       if (gone.signal.aborted) return undefined;
@@ -294,8 +193,4 @@ export class HubRoutes {
       return jsonReply(answer);
     });
   }
-}
-
-function isRead(request: IncomingMessage): boolean {
-  return request.method === "GET" || request.method === "HEAD";
 }
