@@ -1,7 +1,8 @@
 /**
  * The `local_health` lane: loopback or a Unix socket only. Serves readiness, status, the ledger
  * counters, the egress pool, the live config generation (and a reload), `/metrics` and the drain
- * operation, from a private reserve the public lane can never touch.
+ * operation, from a private reserve the public lane can never touch. Its routes are a Hono app
+ * (src/server/lane_router.ts); the acting ones need the admin credential.
  *
  * @module
  */
@@ -14,10 +15,13 @@ import { snapshotLedger } from "../src/ledger/snapshot.ts";
 import { type PolicyFacts, readProcessFacts, renderMetrics } from "../src/observe/metrics.ts";
 import { failureReply } from "../src/request/errors.ts";
 import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
-import type { RequestContext } from "../src/request/context.ts";
 import { jsonReply } from "../src/request/reply.ts";
+import { laneRouter } from "../src/server/lane_router.ts";
 
 const READ = ["GET", "HEAD"] as const;
+
+/** The routes that act on the edge: only with the admin credential. */
+const ACTING: ReadonlySet<string> = new Set(["/v1/tls/reload", "/v1/config/reload", "/v1/drain"]);
 
 /** Requests in flight on the public lane: the drain gauge. */
 function activeRequests(services: EdgeServices): number {
@@ -132,7 +136,6 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       path: "/v1/tls/reload",
       methods: ["POST"],
       handle: async function reloadTls(context, services) {
-        if (!acting(context, services)) return refused(context);
         if (!services.tls) return failureReply("route_not_allowed", context.requestId);
         const problems = await services.tls.reload();
         return jsonReply({ reloaded: problems.length === 0, problems, tls: services.tls.status() });
@@ -154,7 +157,6 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       path: "/v1/config/reload",
       methods: ["POST"],
       handle: async function reloadConfig(context, services) {
-        if (!acting(context, services)) return refused(context);
         if (!services.reloadConfig) return failureReply("route_not_allowed", context.requestId);
         let outcome;
         try {
@@ -176,28 +178,17 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
     {
       path: "/v1/drain",
       methods: ["POST"],
-      handle: function drain(context, services) {
-        if (!acting(context, services)) return refused(context);
+      handle: function drain(_context, services) {
         services.drain();
         return jsonReply({ draining: true, active_requests: activeRequests(services) }, 202);
       },
     },
   ],
   drains: false,
+  // Routed by a Hono app; the acting routes need the admin credential (see server/admin.ts).
+  router: (routes) =>
+    laneRouter(routes, { acting: ACTING, credential: (services) => services.admin }),
 };
-
-/** True when the request may act on the edge (see server/admin.ts). */
-function acting(context: RequestContext, services: EdgeServices): boolean {
-  const authorization = context.request.headers.authorization;
-  return services.admin.permits(context.peer, authorization);
-}
-
-/** The answer to an acting request without the credential. */
-function refused(context: RequestContext) {
-  return failureReply("admin_credential_required", context.requestId, {
-    headers: { "www-authenticate": 'Bearer realm="portcullis"' },
-  });
-}
 
 /**
  * The isolates serving this edge and the requests each admitted (all lanes): worker 0 serves the

@@ -57,6 +57,12 @@ export interface LaneDescriptor<S> {
   readonly drains: boolean;
   /** The lane's plain-HTTP ACME http-01 companion listener, when it has one (the public lane). */
   readonly acme?: LaneDescriptor<S>;
+  /**
+   * Routes every request of the lane among the kept routes, answering the rest itself
+   * (`local_health`: a Hono app, src/server/lane_router.ts). Without one, the allowlist is an exact
+   * path and listed method, and what it does not name goes on to the lane's phases.
+   */
+  router?(routes: readonly LaneRoute<S>[]): LaneHandler<S>;
 }
 
 /**
@@ -66,7 +72,10 @@ export interface LaneDescriptor<S> {
  */
 export interface LaneTable<S> {
   readonly descriptor: LaneDescriptor<S>;
-  /** The route for `method path`, or undefined when the allowlist does not name it. */
+  /**
+   * The route for `method path`, or undefined when the allowlist does not name it; with a
+   * {@link LaneDescriptor.router}, the router, for every request.
+   */
   find(method: string, path: string): LaneRoute<S> | undefined;
   /** The allowed paths, for summaries. */
   readonly paths: readonly string[];
@@ -90,6 +99,14 @@ export function compileLane<S>(
   const byPath = new Map<string, LaneRoute<S>>();
   for (const route of descriptor.routes) {
     if (kept.has(route.path)) byPath.set(route.path, route);
+  }
+  if (descriptor.router) {
+    const routed: LaneRoute<S> = {
+      path: "*",
+      methods: [],
+      handle: descriptor.router([...byPath.values()]),
+    };
+    return { descriptor, paths: [...byPath.keys()], find: () => routed };
   }
   return {
     descriptor,
