@@ -25,6 +25,8 @@ import { request } from "../tests/fixtures/http_client.ts";
 import { edgeStatus, HubProcess, startRemoteEdge, tenantText } from "../tests/fixtures/hub.ts";
 import { SocksFixture } from "../tests/fixtures/socks5.ts";
 import { startTestHub } from "../tests/fixtures/hub_in_process.ts";
+import { formatFlags, requiredGrants } from "../src/boot/flags.ts";
+import { loadConfig } from "../src/config/load.ts";
 
 /** Every spelling of "this machine" a backend URL can carry. */
 const SPELLINGS = [
@@ -111,9 +113,13 @@ Deno.test("proof 12: boot refuses it too, and an egress.direct entry naming a li
   (config.egress as any).direct = [`127.0.0.1:${local}`, `localhost:${local}`];
   const dir = await writeConfig(config, [tenant]);
   try {
+    // The grants of the config as written: `flags` refuses what `check` refuses, and this proof
+    // is about the boot.
+    const grants = formatFlags(requiredGrants(await loadConfig(dir.config))).split(" ");
     await assert.rejects(
-      () => Gateway.start(dir, listeners.ports),
+      () => Gateway.start(dir, listeners.ports, grants),
       (error: Error) => {
+        assert.match(error.message, /^gateway exited before ready/);
         assertEveryRouteRefused(error.message, n + 2);
         assert.match(error.message, /egress\.direct\[0\].*reaches this gateway's own listener/);
         assert.match(error.message, /egress\.direct\[1\].*reaches this gateway's own listener/);

@@ -22,6 +22,7 @@ import {
 import { json, request } from "../fixtures/http_client.ts";
 import { SocksFixture } from "../fixtures/socks5.ts";
 import { UpstreamFixture } from "../fixtures/upstream.ts";
+import { diagLines } from "../fixtures/diag_lines.ts";
 
 const SHOP = "shop.test";
 const APP = "app.internal";
@@ -227,10 +228,10 @@ Deno.test("descriptors: after running out, every lane answers again once connect
   const gateway = await lowLimitGateway(1000);
   try {
     const { ports: lanes } = gateway;
-    assert.match(
-      gateway.stderr,
-      /warning: ledger\.lanes\.public\.max_connections 1000 does not fit/,
+    const warned = diagLines(gateway.stderr).find((line) =>
+      line.msg.startsWith("ledger.lanes.public.max_connections 1000 does not fit")
     );
+    assert.equal(warned?.level, "warn", gateway.stderr);
     const release = await hold(lanes.public, 400);
     const exhausted = await until(
       () => descriptorsOf(gateway.pid),

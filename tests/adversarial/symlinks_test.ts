@@ -22,6 +22,7 @@ import * as fixture from "../fixtures/gateway.ts";
 import {
   freePorts,
   Gateway,
+  grantFlags,
   type LanePorts,
   proofConfig,
   writeConfig,
@@ -36,6 +37,7 @@ import {
   type RequestSpec,
   utf8,
 } from "../fixtures/http_client.ts";
+import { messages } from "../fixtures/diag_lines.ts";
 
 /** What every outside file holds: it must never leave the gateway. */
 const MARKER = "portcullis-outside-secret-3c9d41";
@@ -65,11 +67,11 @@ async function rawPublic(gateway: Gateway, spec: RequestSpec): Promise<string> {
   return utf8(await exchange(gateway.ports.public, renderRequest(spec)));
 }
 
-/** Waits until stderr holds a line matching `pattern`; returns that line. */
+/** Waits until stderr holds a line whose message matches `pattern`; returns that message. */
 async function logLine(gateway: Gateway | HubProcess, pattern: RegExp): Promise<string> {
   const until = Date.now() + LOG_WAIT_MS;
   for (;;) {
-    const line = gateway.stderr.split("\n").find((l) => pattern.test(l));
+    const line = messages(gateway.stderr).split("\n").find((l) => pattern.test(l));
     if (line) return line;
     if (Date.now() > until) {
       assert.fail(`no log line matches ${pattern} in ${LOG_WAIT_MS} ms:\n${gateway.stderr}`);
@@ -211,7 +213,8 @@ Deno.test("a key, a certificate and the salt linked out of their folders are ref
     await Deno.symlink(join(outside.dir, "b.test.crt"), join(certs, "b.test.crt"));
     await Deno.symlink(outside.secret, join(dir.dir, "metrics-salt"));
 
-    const gateway = await Gateway.start(dir, ports);
+    // `flags` refuses these files as `check` does; given the grants, the boot refuses each too.
+    const gateway = await Gateway.start(dir, ports, await grantFlags(dir.config));
     try {
       const root = `"${certs.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}"`;
       await logLine(
@@ -252,7 +255,7 @@ Deno.test("a key and a salt open to group or others are refused at boot, naming 
     await Deno.writeTextFile(salt, "0123456789abcdef0123456789abcdef\n");
     await Deno.chmod(key, 0o644);
     await Deno.chmod(salt, 0o644);
-    const exposed = await Gateway.start(dir, ports);
+    const exposed = await Gateway.start(dir, ports, await grantFlags(dir.config));
     try {
       await logLine(
         exposed,
