@@ -8,6 +8,9 @@ import { join } from "node:path";
 import { loadConfig, tenantsFolderOf } from "../src/config/load.ts";
 import { ConfigError, type ConfigProblem } from "../src/config/problems.ts";
 import { configErrorOf, MINIMAL, writeConfigText } from "./fixtures/config_files.ts";
+import http from "node:http";
+import { METHODS } from "../src/config/tenant_schema.ts";
+import { closest, editDistance } from "../src/config/suggest.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
@@ -334,4 +337,28 @@ hub: { url: "http://127.0.0.1:9080", token_file: hub.token }
     { path: "hub", message: 'hub is for mode "remote"', value: undefined },
     { path: "cache_dir", message: 'cache_dir is for mode "remote"', value: undefined },
   ]);
+});
+
+Deno.test("METHODS is exactly what node:http parses, so a route method can always arrive", () => {
+  assert.deepEqual([...METHODS].sort(), [...http.METHODS].sort());
+});
+
+Deno.test("closest() suggests a slip (a swap, a letter, the case) and nothing far off", () => {
+  assert.equal(editDistance("heda", "head"), 1, "a swap of neighbours is one step");
+  assert.equal(editDistance("", "get"), 3);
+  const table: [string, string | undefined][] = [
+    ["HEDA", "HEAD"],
+    ["GTE", "GET"],
+    ["get", "GET"],
+    ["POTS", "POST"],
+    ["DELETEE", "DELETE"],
+    ["PTACH", "PATCH"],
+    ["X", undefined],
+    ["TELEPORT", undefined],
+    ["BREW", undefined],
+  ];
+  for (const [word, expected] of table) assert.equal(closest(word, METHODS), expected, word);
+  assert.equal(closest("chek", ["serve", "check", "flags"]), "check");
+  assert.equal(closest("torpol", ["serve", "check", "torpool"]), "torpool");
+  assert.equal(closest("deploy", ["serve", "check", "flags"]), undefined);
 });

@@ -118,10 +118,8 @@ const Match = v.strictObject({
   methods: v.optional(
     v.pipe(
       v.array(
-        v.pipe(
-          v.string("Expected a method such as GET"),
-          v.check((method) => METHODS.includes(method), methodMessage),
-        ),
+        // A list, so the JSON schema offers the methods to an editor.
+        v.picklist(METHODS, methodMessage),
         "Expected a list of methods",
       ),
       v.minLength(1, "List at least one method (or leave methods out to allow all)"),

@@ -53,6 +53,7 @@ function toProblem(issue: v.BaseIssue<unknown>, source: YamlFile): ConfigProblem
  */
 function suggestion(issue: v.BaseIssue<unknown>): string {
   if (issue.type !== "picklist" || typeof issue.input !== "string") return "";
+  if (issue.message.includes("did you mean")) return ""; // the schema's message suggests already
   // valibot spells the list `("local" | "remote")`, or `"local"` for one value.
   const list = (issue.expected ?? "").replace(/^\((.*)\)$/, "$1");
   const options = list.split(" | ").map((option) => {
