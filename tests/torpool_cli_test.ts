@@ -1,6 +1,6 @@
 /**
  * The Tor pool role on the command line: `flags` and `check` know a pool config, the other verbs
- * refuse it, the `deno task torpool` carries exactly the derived flags, the audit accepts exactly
+ * refuse it, `deno task torpool` runs under exactly the flags derived from the config it serves, the audit accepts exactly
  * the run grant for the Tor binary (and refuses it unscoped, for anything else, or missing), and
  * `portcullis torpool` under exactly its derived flags serves the API on its socket (mode 0600)
  * and takes every Tor process down on SIGTERM.
@@ -13,6 +13,7 @@ import { auditPermissions, type PermissionQuery } from "../src/boot/audit.ts";
 import { formatFlags } from "../src/boot/flags.ts";
 import { torpoolGrants } from "../src/cli/torpool.ts";
 import type { PoolConfig } from "../src/torpool/config.ts";
+import { assertDerivedTask, assertTaskExpands } from "./fixtures/derived_task.ts";
 import { READ_ONLY, runCli, runMain } from "./fixtures/gateway.ts";
 import { freeRanges, makePoolDir, type PoolDir, waitFor } from "./fixtures/torpool_harness.ts";
 import { unixRequest } from "./fixtures/unix_request.ts";
@@ -51,10 +52,12 @@ Deno.test("cli flags: deno task torpool carries exactly the flags of deploy/exam
   const tasks = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json"))).tasks;
   const result = await cli(["flags", "deploy/example/pool.yaml"]);
   assert.equal(result.code, 0, result.stderr);
-  const flags = (tasks.torpool as string).split(/\s+/).filter((t) =>
-    /^--(allow|deny|ignore)-/.test(t)
-  );
-  assert.equal(flags.join(" "), result.stdout.trim());
+  assertDerivedTask(tasks, "torpool", {
+    fixed: ["--no-prompt"],
+    verb: "torpool",
+    config: "deploy/example/pool.yaml",
+  });
+  await assertTaskExpands(tasks, "torpool", ROOT, result.stdout);
   assert.match(result.stdout, / --allow-run=\/usr\/sbin\/tor /);
   assert.match(
     result.stdout,
