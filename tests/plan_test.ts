@@ -10,6 +10,8 @@ import { LANES } from "../lanes/mod.ts";
 import { loadConfig, runsWorkers } from "../src/config/load.ts";
 import type { ConfigError } from "../src/config/problems.ts";
 import { planEdge } from "../src/edge/plan.ts";
+import type { EdgeServices } from "../src/pipeline/services.ts";
+import type { RequestContext } from "../src/request/context.ts";
 import { configErrorOf } from "./fixtures/config_files.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -164,13 +166,35 @@ Deno.test("planEdge() accepts local_health on ::1 and on a unix socket", async (
 Deno.test("planEdge() narrows a lane's allowlist to the paths the config keeps", async () => {
   const plan = await planOf(THREE_LANES.replace(
     "port: 9901 }] }",
-    "port: 9901 }], allow: [/healthz, /metrics] }",
+    "port: 9901 }], allow: [/healthz, /readyz] }",
   ));
   const table = plan.lanes[1].table;
-  assert.deepEqual(table.paths, ["/healthz", "/metrics"]);
-  assert.equal(table.find("GET", "/metrics")?.path, "/metrics");
-  assert.equal(table.find("GET", "/v1/ledger"), undefined);
-  assert.equal(table.find("POST", "/v1/drain"), undefined);
+  assert.deepEqual(table.paths, ["/healthz", "/readyz"]);
+  // As the lane's allowlist phase serves a request (its router, a Hono app, answers every one);
+  // the services hold only what the kept routes read.
+  const services = { state: { draining: false, ready: true } } as unknown as EdgeServices;
+  const answer = async (method: string, path: string) => {
+    const context = {
+      requestId: "plan-test",
+      peer: "127.0.0.1",
+      head: { method, path, query: "" },
+      request: { method, url: path, rawHeaders: [] },
+    } as unknown as RequestContext;
+    const reply = await table.find(method, path)?.handle(context, services);
+    assert.ok(reply, `${method} ${path}: the lane's router answers`);
+    return { status: reply.status, failure: reply.failure, body: String(reply.body) };
+  };
+  const healthz = await answer("GET", "/healthz");
+  assert.deepEqual([healthz.status, JSON.parse(healthz.body)], [200, { status: "ok" }]);
+  const readyz = await answer("GET", "/readyz");
+  assert.deepEqual([readyz.status, JSON.parse(readyz.body)], [200, { ready: true }]);
+  for (
+    const [method, path] of [["GET", "/metrics"], ["GET", "/v1/ledger"], ["POST", "/v1/drain"]]
+  ) {
+    const dropped = await answer(method, path);
+    assert.equal(dropped.status, 404, `${method} ${path}`);
+    assert.equal(dropped.failure, "route_not_allowed", `${method} ${path}`);
+  }
 });
 
 Deno.test("planEdge() refuses widening an allowlist with a path the lane does not serve", async () => {
