@@ -318,6 +318,17 @@ export const BootstrapSchema = v.strictObject({
     }),
     {},
   ),
+  /**
+   * Collections paced by relayed bytes (request/relay_memory.ts): a full one when the relays go
+   * quiet after `quiet_collect_bytes`, and optionally a young one every `collect_every_bytes`.
+   */
+  memory: v.optional(
+    v.strictObject({
+      quiet_collect_bytes: v.optional(wholeNumber(0, 2 ** 40), 64 * 1024 * 1024),
+      collect_every_bytes: v.optional(wholeNumber(0, 2 ** 40), 0),
+    }),
+    {},
+  ),
   /** Metrics labels, the access log and diagnostics. */
   observe: v.optional(
     v.strictObject({

@@ -11,6 +11,7 @@ import type { LaneLedgerConfig } from "./bootstrap.ts";
 import type { EgressConfig } from "./egress_schema.ts";
 import type { RuntimeSource } from "./runtime_source.ts";
 import type { YamlFile } from "./yaml_file.ts";
+import type { RelayPacing } from "../request/relay_memory.ts";
 
 /** A listener with its path (if any) resolved. */
 export type ListenerAddress =
@@ -94,6 +95,8 @@ export interface EdgeConfig {
   readonly drainMs: number;
   /** How long readiness reports the drain while the public lane still admits (ms). */
   readonly lameDuckMs: number;
+  /** Collections paced by relayed bytes (request/relay_memory.ts). */
+  readonly memory: RelayPacing;
   /** TLS on the public lane's listeners, when configured. */
   readonly tls?: PublicTls;
   /** The plain-HTTP ACME http-01 companion listener of the public lane. */

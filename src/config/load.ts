@@ -75,6 +75,10 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     },
     drainMs: raw.drain.timeout_ms,
     lameDuckMs: raw.drain.lame_duck_ms,
+    memory: {
+      quietAfter: raw.memory.quiet_collect_bytes,
+      collectEvery: raw.memory.collect_every_bytes,
+    },
     tls: publicTls,
     acme: acmeOf(raw, resolve),
     passthrough: passthroughOf(raw, resolve),

@@ -22,6 +22,7 @@ import type { LaneListener } from "../boot/distinct.ts";
 import { formatAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane_names.ts";
 import { Tracing } from "../observe/tracing.ts";
+import { setRelayPacing } from "../request/relay_memory.ts";
 import type { EdgeServices } from "../pipeline/services.ts";
 import type { EdgePlan } from "./plan.ts";
 import { bootContext, type EdgeOptions } from "./boot_context.ts";
@@ -69,6 +70,7 @@ export async function startEdge(
   options: EdgeOptions,
 ): Promise<Edge> {
   const boot = bootContext(plan, options);
+  setRelayPacing(plan.config.memory);
   const tracing = Tracing.detect(options.version);
   if (tracing.refusal) throw new BootError([tracing.refusal]);
   const life = new Lifecycle(boot);

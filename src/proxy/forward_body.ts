@@ -19,6 +19,7 @@
  * @module
  */
 import type { ClientRequest, IncomingMessage } from "node:http";
+import { relayed } from "../request/relay_memory.ts";
 
 /** The rules one body is forwarded by. */
 export interface BodyRules {
@@ -75,6 +76,7 @@ export function forwardBody(
   };
   function onData(chunk: Uint8Array): void {
     seen += chunk.byteLength;
+    relayed(chunk.byteLength);
     if (limit !== undefined && seen > limit) return fail("limit");
     if (declared !== undefined && seen > declared) return fail("length");
     if (!sink.write(chunk)) source.pause();

@@ -7,6 +7,7 @@
  * @module
  */
 import type http from "node:http";
+import { relayed } from "./relay_memory.ts";
 
 /**
  * A body to stream; `settle` learns once whether the upstream delivered all of it.
@@ -48,6 +49,8 @@ export function streamUpstream(
         target.destroy();
       });
       source.on("error", () => {/* reported through "close" */});
+      // Counted for the collections that free its buffers (relay_memory.ts).
+      source.on("data", (chunk: Uint8Array) => relayed(chunk.byteLength));
       target.once("close", () => {
         if (!source.complete) {
           source.destroy();
