@@ -83,11 +83,13 @@ export async function deriveFlags(file: string): Promise<DerivedFlags> {
 }
 
 /**
- * V8 flags baked into the binary: each isolate's young generation capped at 1 MB per semi-space.
- * Without it every request worker grows its semi-spaces to 16 MB under load and keeps the pages —
- * RSS climbed for minutes with two workers while every V8 heap stayed flat (decisions §15).
+ * V8 flags baked into the binary: each isolate's young generation capped at 1 MB per semi-space
+ * (without it every request worker grows its semi-spaces to 16 MB under load and keeps the pages —
+ * RSS climbed for minutes with two workers while every V8 heap stayed flat, decisions §16), and
+ * dead array buffers (socket reads) freed at each collection rather than by a background sweeper
+ * that falls behind under load (decisions §19).
  */
-export const V8_FLAGS = "--v8-flags=--max-semi-space-size=1";
+export const V8_FLAGS = "--v8-flags=--max-semi-space-size=1,--no-concurrent-array-buffer-sweeping";
 
 /**
  * The `deno compile` command line for a set of flags, with paths relative to the working

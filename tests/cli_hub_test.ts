@@ -68,7 +68,7 @@ Deno.test("cli flags: the example hub, remote edge and door tasks carry exactly 
   // `flags` refuses a remote edge or door whose token file is missing (as `check` does): the
   // tokens an operator makes first (deploy/example/tokens/README.md), made here for the run.
   await using _tokens = await exampleTokens();
-  const v8 = "--v8-flags=--max-semi-space-size=1";
+  const v8 = "--v8-flags=--max-semi-space-size=1,--no-concurrent-array-buffer-sweeping";
   for (
     const [task, verb, config, fixed] of [
       ["hub", "hub", "deploy/example/hub.yaml", ["--no-prompt"]],

@@ -190,7 +190,7 @@ async function printedCompile(args: readonly string[], cwd = ROOT): Promise<stri
 function assertCompile(tokens: readonly string[], flags: string, output: string): void {
   assert.equal(tokens[1], "compile");
   assert.ok(tokens.includes("--no-prompt"));
-  assert.ok(tokens.includes("--v8-flags=--max-semi-space-size=1"), "the young generation cap");
+  assert.ok(tokens.includes("--v8-flags=--max-semi-space-size=1,--no-concurrent-array-buffer-sweeping"), "the young generation cap");
   assert.equal(permissionFlags(tokens), flags);
   const after = (flag: string) => tokens[tokens.indexOf(flag) + 1];
   assert.equal(after("--include"), "src/edge/worker_entry.ts");
