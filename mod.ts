@@ -50,6 +50,7 @@ export { LANE_NAMES, type LaneName } from "./src/ledger/lane_names.ts";
 export type { LaneDescriptor, LaneHandler, LaneRoute } from "./src/pipeline/lane_table.ts";
 export type { RequestContext } from "./src/request/context.ts";
 export type { Reply } from "./src/request/reply.ts";
+export type { RelayPacing } from "./src/request/relay_memory.ts";
 
 // Config: load, and the errors it throws.
 export {

@@ -190,7 +190,10 @@ async function printedCompile(args: readonly string[], cwd = ROOT): Promise<stri
 function assertCompile(tokens: readonly string[], flags: string, output: string): void {
   assert.equal(tokens[1], "compile");
   assert.ok(tokens.includes("--no-prompt"));
-  assert.ok(tokens.includes("--v8-flags=--max-semi-space-size=1,--no-concurrent-array-buffer-sweeping"), "the young generation cap");
+  assert.ok(
+    tokens.includes("--v8-flags=--max-semi-space-size=1,--no-concurrent-array-buffer-sweeping"),
+    "the young generation cap",
+  );
   assert.equal(permissionFlags(tokens), flags);
   const after = (flag: string) => tokens[tokens.indexOf(flag) + 1];
   assert.equal(after("--include"), "src/edge/worker_entry.ts");
@@ -228,7 +231,11 @@ Deno.test("deno.json compile tasks bake main.ts flags for the example configs", 
     { task: "compile:hub", config: "deploy/example/hub.yaml", output: "dist/portcullis-hub" },
   ];
   for (const { task, config, output } of expected) {
-    const line: unknown = tasks[task];
+    // A task is a command, or an object with a description and its command.
+    const entry: unknown = tasks[task];
+    const line: unknown = typeof entry === "object" && entry !== null
+      ? (entry as { command?: unknown }).command
+      : entry;
     assert.equal(typeof line, "string", `deno.json has no "${task}" task`);
     const tokens = (line as string).trim().split(/\s+/);
     assert.equal(tokens[0], "deno", task);

@@ -63,7 +63,7 @@ Deno.test("cli flags: deno task torpool carries exactly the flags of deploy/exam
     result.stdout,
     /--allow-net=127\.0\.0\.1:19050,.*127\.0\.0\.1:19153,unix:\/tmp\/portcullis-torpool\/pool\.sock /,
   );
-  assert.match(tasks.torpool, / main\.ts torpool deploy\/example\/pool\.yaml$/);
+  assert.match(tasks.torpool.command, / main\.ts torpool deploy\/example\/pool\.yaml$/);
 });
 
 Deno.test("cli check: a pool config is summarised; a missing Tor binary is a problem", async () => {
