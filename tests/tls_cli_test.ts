@@ -13,15 +13,24 @@ import {
   handshake,
   TestPki,
   TlsClient,
-  tlsTest,
   writeCertificate,
 } from "./fixtures/certs.ts";
+import { boundedTest } from "./fixtures/bounded_test.ts";
 import { ADMIN_AUTH, freePorts, Gateway, proofConfig, writeConfig } from "./fixtures/gateway.ts";
 import { json, request } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
 import { messages } from "./fixtures/diag_lines.ts";
 
-tlsTest(
+/**
+ * The bound of the whole test: its flags are derived and a gateway process started (whose wait for
+ * ready gives up after 20 s); alone it takes 2–3 s at a load of 8 on two cores, and the full suite
+ * runs test files in parallel.
+ */
+const LIMIT_MS = 30_000;
+/** How long the watch may take to serve a renewed certificate (it settles 250 ms, then reloads). */
+const RENEWAL_MS = 10_000;
+
+boundedTest(
   "tls cli: serve with the derived flags loads, serves, reloads and watches certificates",
   async () => {
     const pki = await TestPki.create();
@@ -69,7 +78,7 @@ tlsTest(
       await waitFor(
         async () => (await handshake(publicPort, { servername: "a.test", ca })).fingerprint,
         (fingerprint) => fingerprint === fingerprintOf(renewed.certPem),
-        2500,
+        RENEWAL_MS,
       );
       assert.doesNotMatch(gateway.stderr, /NotCapable|not granted|cannot watch/i);
     } finally {
@@ -77,4 +86,5 @@ tlsTest(
       await pki.dispose();
     }
   },
+  LIMIT_MS,
 );
