@@ -11,7 +11,8 @@ import { makePoolDir, poolConfig, waitFor } from "./fixtures/torpool_harness.ts"
 import { boundedTest } from "./fixtures/bounded_test.ts";
 
 boundedTest("TorPool scales up under reported load and down after the cooldown", async () => {
-  const where = await makePoolDir();
+  // Instance 1 bootstraps over three probe intervals, as a loaded machine (or a real Tor) may.
+  const where = await makePoolDir({ "1": { bootstrapMs: 1200 } });
   const config = poolConfig(where, {
     minInstances: 1,
     maxInstances: 3,
@@ -25,11 +26,21 @@ boundedTest("TorPool scales up under reported load and down after the cooldown",
   const live = () => pool.backends().map((b) => b.port);
   try {
     await waitFor("one live instance", () => live().length === 1);
+    // Until the second instance is live, the first is the only live one and busy: each probe
+    // interval of that is one more step up, as the scaler says. The limit holds the pool at two
+    // until the second is live, however long it takes to bootstrap.
+    pool.scale({ max: 2 });
     assert.equal(pool.report(config.socksBasePort, { active: 5, latencyMs: 40 }), true);
     const busySince = Date.now();
     await waitFor("a second instance", () => count() === 2, 10_000, () => pool.stats());
     assert.ok(Date.now() - busySince >= 400, "up only after one probe interval");
-    await waitFor("the second instance live", () => live().length === 2);
+    await waitFor(
+      "the second instance live",
+      () => live().length === 2,
+      15_000,
+      () => pool.stats(),
+    );
+    pool.scale({ max: 3 });
     // Half the live instances busy: 0.5, between the thresholds: no step.
     const halfSince = Date.now();
     await waitFor("a probe interval and a half", () => Date.now() - halfSince > 600);
