@@ -19,7 +19,11 @@
  *   a 12 µs leak would be a difference in it: the sizes `|d|` measured, given random signs and 12 µs
  *   added, give |z| > 3.29 (the mean of five draws). That looks only at the sizes, never at the
  *   signs the test judges, so a noisy machine makes rounds longer without biasing them. A round
- *   that cannot get there in {@link MAX_PAIRS} pairs fails the test as too noisy to judge.
+ *   that cannot get there in {@link MAX_PAIRS} pairs is set aside unjudged (its z is never read)
+ *   and another is measured, up to {@link MAX_TRIES} rounds in all: a load burst from other work
+ *   on the machine costs a round, not the test. Which rounds are judged depends on the sizes only,
+ *   so the judged rounds keep their exact null distribution; the test fails as too noisy to judge
+ *   when fewer than {@link ROUNDS} rounds could see the leak.
  *
  * Measured on two busy cores (load 2–7), 1,000–2,000 pairs a round: before the fix (HEAD's
  * per-request read), median d 10–43 µs and z 3.9–14 in every round; after, median d within ±4 µs
@@ -42,6 +46,8 @@ const BATCH = 1000;
 const MAX_PAIRS = 5000;
 const WARM_UP = 300;
 const ROUNDS = 3;
+/** Rounds measured at most, to get {@link ROUNDS} that could see the leak. */
+const MAX_TRIES = 6;
 /** The smallest leak issue 14 measured, in ms. */
 const LEAK_MS = 0.012;
 
@@ -85,12 +91,13 @@ class TimedConnection {
 /**
  * One round: batches of pairs until a 12 µs leak would show (see the module doc).
  *
- * @throws {AssertionError} when {@link MAX_PAIRS} pairs are not enough
+ * @returns the round's z and its summary line; `judged` is false when {@link MAX_PAIRS} pairs
+ * were not enough
  */
 async function measureRound(
   round: number,
   pair: () => Promise<{ unknown: number; known: number }>,
-): Promise<{ z: number; line: string }> {
+): Promise<{ z: number; line: string; judged: boolean }> {
   const pairs: { unknown: number; known: number }[] = [];
   let d: number[] = [];
   let power = 0;
@@ -99,14 +106,16 @@ async function measureRound(
     d = pairs.map((p) => p.unknown - p.known);
     power = leakPower(d, LEAK_MS);
   }
+  const judged = power > Z_STRICT;
   const z = signedRankZ(d);
   const us = (ms: number) => `${(ms * 1000).toFixed(1)} µs`;
   const line = `round ${round}: ${pairs.length} pairs, median known ` +
     `${us(median(pairs.map((p) => p.known)))}, unknown ${us(median(pairs.map((p) => p.unknown)))}` +
-    `, d ${us(median(d))}; z ${z.toFixed(2)} (a 12 µs leak: ${power.toFixed(2)})`;
+    `, d ${us(median(d))}; ` +
+    (judged ? `z ${z.toFixed(2)}` : "set aside, too noisy") +
+    ` (a 12 µs leak: ${power.toFixed(2)})`;
   console.log(line);
-  assert.ok(power > Z_STRICT, `Too noisy to see a 12 µs leak in ${MAX_PAIRS} pairs: ${line}`);
-  return { z, line };
+  return { z, line, judged };
 }
 
 Deno.test("signedRankZ() is 0 for a symmetric sample and large for a shifted one", () => {
@@ -145,9 +154,18 @@ Deno.test("hub tokens: an unknown node and a known node with a wrong token take 
     const pair = () => timeInRandomOrderAsync(kinds);
     for (let i = 0; i < WARM_UP; i++) await pair();
 
-    const rounds: { z: number; line: string }[] = [];
-    for (let round = 1; round <= ROUNDS; round++) rounds.push(await measureRound(round, pair));
-    const seen = rounds.map((r) => r.line).join("\n");
+    const tried: { z: number; line: string; judged: boolean }[] = [];
+    while (tried.filter((r) => r.judged).length < ROUNDS && tried.length < MAX_TRIES) {
+      tried.push(await measureRound(tried.length + 1, pair));
+    }
+    const seen = tried.map((r) => r.line).join("\n");
+    const rounds = tried.filter((r) => r.judged);
+    assert.equal(
+      rounds.length,
+      ROUNDS,
+      `Too noisy to judge: only ${rounds.length} of ${tried.length} rounds could see a 12 µs ` +
+        `leak in ${MAX_PAIRS} pairs:\n${seen}`,
+    );
     const different = rounds.filter((r) => Math.abs(r.z) > Z_STRICT);
     assert.ok(
       different.length < 2,
