@@ -251,7 +251,10 @@ Deno.test("deno.json start task carries exactly the derived flags (compile: test
   const tasks = JSON.parse(await Deno.readTextFile(join(ROOT, "deno.json"))).tasks;
   // The task writes no permission flag itself: it serves the config its flags are derived from.
   assertDerivedTask(tasks, "start", {
-    fixed: ["--no-prompt", "--v8-flags=--max-semi-space-size=1,--no-concurrent-array-buffer-sweeping"],
+    fixed: [
+      "--no-prompt",
+      "--v8-flags=--max-semi-space-size=1,--no-concurrent-array-buffer-sweeping",
+    ],
     verb: "serve",
     config: "deploy/example/config.yaml",
   });
