@@ -1,9 +1,9 @@
 /**
  * The Tor pool role on the command line: `flags` and `check` know a pool config, the other verbs
- * refuse it, `deno task torpool` runs under exactly the flags derived from the config it serves, the audit accepts exactly
- * the run grant for the Tor binary (and refuses it unscoped, for anything else, or missing), and
- * `portcullis torpool` under exactly its derived flags serves the API on its socket (mode 0600)
- * and takes every Tor process down on SIGTERM.
+ * refuse it, `deno task torpool` runs under exactly the flags derived from the config it serves,
+ * the audit accepts exactly the run grant for the Tor binary (and refuses it unscoped, for anything
+ * else, or missing), and `portcullis torpool` under exactly its derived flags serves the API on its
+ * socket (mode 0600) and takes every Tor process down on SIGTERM.
  *
  * @module
  */
