@@ -133,7 +133,7 @@ Deno.test("relay pacing: V8's collector is reached without --expose-gc and frees
   assert.ok(after < before - 48 * MIB, `a young collection freed them: ${before} → ${after}`);
 });
 
-Deno.test("config: memory defaults, and a bad value names its field", async () => {
+Deno.test("config: memory defaults; a pace under 1 MiB (but not 0) or negative is refused, naming its field", async () => {
   const config = await loadConfig(await writeConfigText(MINIMAL));
   assert.deepEqual(config.memory, DEFAULT_PACING);
   const set = await loadConfig(
@@ -142,12 +142,23 @@ Deno.test("config: memory defaults, and a bad value names its field", async () =
     ),
   );
   assert.deepEqual(set.memory, { collectEvery: 16 * MIB, quietAfter: 0 });
-  const file = await writeConfigText(`${MINIMAL}memory: { collect_every_bytes: -1 }\n`);
-  const error = await loadConfig(file).then(() => undefined, (e) => e);
-  assert.ok(error instanceof ConfigError, String(error));
-  assert.deepEqual(error.problems.map((p) => [p.file, p.path.join("."), p.value]), [
-    [file, "memory.collect_every_bytes", -1],
-  ]);
+  for (
+    const [field, value] of [["collect_every_bytes", -1], ["collect_every_bytes", 1], [
+      "quiet_collect_bytes",
+      1048575,
+    ]] as const
+  ) {
+    const file = await writeConfigText(`${MINIMAL}memory: { ${field}: ${value} }\n`);
+    const error = await loadConfig(file).then(() => undefined, (e) => e);
+    assert.ok(error instanceof ConfigError, `${field}: ${value} was accepted`);
+    assert.deepEqual(error.problems.map((p) => [p.file, p.path.join("."), p.value]), [
+      [file, `memory.${field}`, value],
+    ]);
+  }
+  const atFloor = await loadConfig(
+    await writeConfigText(`${MINIMAL}memory: { collect_every_bytes: 1048576 }\n`),
+  );
+  assert.equal(atFloor.memory.collectEvery, MIB, "exactly 1 MiB is allowed");
 });
 
 Deno.test("edge: a booted edge paces its isolate by its config's memory block", async () => {

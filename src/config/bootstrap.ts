@@ -15,6 +15,20 @@ const TcpListener = v.strictObject({ hostname: IpLiteral, port: Port });
 const UnixListener = v.strictObject({ path: SocketPath });
 
 /** One listener: `{hostname, port}` or `{path}` (a Unix socket). */
+
+/**
+ * A pace of collections in relayed bytes: 0 (none) or at least 1 MiB. A smaller pace would run a
+ * forced collection for nearly every chunk relayed — tens of milliseconds each under load — and let
+ * any client's body stall the isolate.
+ */
+const collectionPace = v.pipe(
+  wholeNumber(0, 2 ** 40),
+  v.check(
+    (bytes) => bytes <= 0 || bytes >= 1024 * 1024,
+    "Expected 0 (off) or at least 1048576 bytes (1 MiB)",
+  ),
+);
+
 export const Listener = v.lazy((input) =>
   typeof input === "object" && input !== null && "path" in input ? UnixListener : TcpListener
 );
@@ -324,8 +338,8 @@ export const BootstrapSchema = v.strictObject({
    */
   memory: v.optional(
     v.strictObject({
-      quiet_collect_bytes: v.optional(wholeNumber(0, 2 ** 40), 64 * 1024 * 1024),
-      collect_every_bytes: v.optional(wholeNumber(0, 2 ** 40), 0),
+      quiet_collect_bytes: v.optional(collectionPace, 64 * 1024 * 1024),
+      collect_every_bytes: v.optional(collectionPace, 0),
     }),
     {},
   ),
