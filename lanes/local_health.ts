@@ -237,6 +237,9 @@ export function socketsView(services: EdgeServices) {
     heap: {
       used: memory.perStripe(COUNTER_INDEX.heapUsed).slice(0, services.worker.count),
       total: memory.perStripe(COUNTER_INDEX.heapTotal).slice(0, services.worker.count),
+      external: memory.perStripe(COUNTER_INDEX.heapExternal).slice(0, services.worker.count),
+      collections: memory.perStripe(COUNTER_INDEX.relayCollections)
+        .slice(0, services.worker.count),
     },
   };
 }

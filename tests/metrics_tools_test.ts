@@ -244,6 +244,14 @@ peerTest(
           const again = (await request(local, { path: "/metrics" })).body;
           assert.equal(valueOf(again, "process_start_time_seconds"), start);
           assert.ok(!/^portcullis_uptime_seconds/m.test(page), "uptime_seconds is gone");
+          // Per isolate (0 and the two public workers): memory outside the heap, paced collections.
+          const external = samples(page).filter(([n]) =>
+            n === "portcullis_isolate_external_memory_bytes"
+          );
+          assert.deepEqual(external.map(([, l]) => l.isolate), ["0", "1", "2"]);
+          assert.ok(external.every(([, , bytes]) => bytes > 0), JSON.stringify(external));
+          const paced = samples(page).filter(([n]) => n === "portcullis_relay_collections_total");
+          assert.deepEqual(paced.map(([, l]) => l.isolate), ["0", "1", "2"]);
         },
       );
 

@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { relayCollections } from "../request/relay_memory.ts";
 import { COUNTER_INDEX } from "../ledger/memory.ts";
 import { type DescriptorState, DescriptorWatch } from "../server/descriptors.ts";
 import { describeListener, nudge, rearm } from "./listeners.ts";
@@ -66,4 +67,6 @@ function reportGauges({ ledger, egress }: Lifecycle, fds: DescriptorState): void
   const heap = Deno.memoryUsage();
   memory.set(COUNTER_INDEX.heapUsed, heap.heapUsed);
   memory.set(COUNTER_INDEX.heapTotal, heap.heapTotal);
+  memory.set(COUNTER_INDEX.heapExternal, heap.external);
+  memory.set(COUNTER_INDEX.relayCollections, relayCollections.young + relayCollections.quiet);
 }

@@ -64,7 +64,11 @@ export const COUNTER_INDEX = {
   /** This isolate's V8 heap in use and allocated, in bytes (reported with the sockets). */
   heapUsed: COUNTER_GLOBAL + 10,
   heapTotal: COUNTER_GLOBAL + 11,
-  size: COUNTER_GLOBAL + 12,
+  /** Memory outside this isolate's heap (array buffers: socket reads), in bytes. */
+  heapExternal: COUNTER_GLOBAL + 12,
+  /** Collections this isolate's relays asked for (request/relay_memory.ts). */
+  relayCollections: COUNTER_GLOBAL + 13,
+  size: COUNTER_GLOBAL + 14,
 } as const;
 
 /** The buffers behind one ledger; hand them to another worker to share the ledger. */

@@ -32,7 +32,14 @@ export interface SocketFacts {
     readonly listener_rearms: number;
   };
   /** Per isolate, index = isolate (0 serves the protected lanes): V8 heap bytes. */
-  readonly heap?: { readonly used: readonly number[]; readonly total: readonly number[] };
+  readonly heap?: {
+    readonly used: readonly number[];
+    readonly total: readonly number[];
+    /** Memory outside each heap (array buffers), bytes. */
+    readonly external: readonly number[];
+    /** Collections each isolate's relays asked for (young and quiet). */
+    readonly collections: readonly number[];
+  };
 }
 
 /** The policy phase's counters, and evictions summed over every tenant's bounded tables. */
@@ -180,6 +187,16 @@ function isolateFamilies(heap: NonNullable<SocketFacts["heap"]>): Family[] {
       "isolate_heap_total_bytes",
       "V8 heap allocated per isolate, reported once a second.",
       perIsolate(heap.total),
+    ),
+    gauge(
+      "isolate_external_memory_bytes",
+      "Memory outside each isolate's V8 heap (array buffers: socket reads awaiting a collection).",
+      perIsolate(heap.external),
+    ),
+    counter(
+      "relay_collections_total",
+      "Collections an isolate's relays asked for (memory.quiet_collect_bytes, collect_every_bytes).",
+      perIsolate(heap.collections),
     ),
   ];
 }
