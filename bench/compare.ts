@@ -25,6 +25,8 @@ import {
   rssOf,
   spawnGateway,
   spawnReady,
+  startMicrosocks,
+  startNginx,
   stopAll,
   writeGateway,
   wrk,
@@ -82,11 +84,9 @@ async function main() {
       nginxUpstreamConfig(`${dir}/up`, dir, up.port),
     );
     await Deno.mkdir(`${dir}/up`);
-    children.push(await nginx(`${dir}/upstream.conf`, up.port));
+    children.push(await startNginx(`${dir}/upstream.conf`, up.port));
     const socks = freePort();
-    children.push(
-      await spawnReady("microsocks", ["-i", "127.0.0.1", "-p", String(socks)], { port: socks }),
-    );
+    children.push(await startMicrosocks(socks));
     const upstream = `127.0.0.1:${up.port}`;
 
     if (!ONLY || ONLY === "throughput") {
@@ -100,10 +100,6 @@ async function main() {
     await stopAll(children);
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
-}
-
-function nginx(config: string, port: number): Promise<Deno.ChildProcess> {
-  return spawnReady("nginx", ["-c", config, "-e", `${config}.error.log`], { port });
 }
 
 /** Starts every proxy in front of `upstream`; returns the cases, nginx first. */
@@ -137,7 +133,7 @@ http {
 }
 `,
   );
-  children.push(await nginx(`${dir}/proxy.conf`, ports.nginx));
+  children.push(await startNginx(`${dir}/proxy.conf`, ports.nginx));
   await Deno.writeTextFile(
     `${dir}/haproxy.cfg`,
     `global
@@ -434,7 +430,7 @@ http {
 }
 `,
   );
-  children.push(await nginx(`${dir}/iso-nginx.conf`, ports.public));
+  children.push(await startNginx(`${dir}/iso-nginx.conf`, ports.public));
   await run("nginx, separate health server", `http://127.0.0.1:${ports.public}`, [
     { name: "health server /healthz", port: ports.health, path: "/healthz" },
   ]);

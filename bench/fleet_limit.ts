@@ -25,6 +25,7 @@
  * @module
  */
 import {
+  benchEdgeConfig,
   cpuSecondsOf,
   freePort,
   haveTools,
@@ -32,6 +33,8 @@ import {
   nginxUpstreamConfig,
   spawnGateway,
   spawnReady,
+  startMicrosocks,
+  startNginx,
   stopAll,
   writeGateway,
   wrk,
@@ -115,10 +118,8 @@ async function main() {
     await Deno.chmod(dir, 0o755); // nginx workers run as an unprivileged user
     await Deno.mkdir(`${dir}/www`, { mode: 0o755 });
     await Deno.writeTextFile(`${dir}/nginx.conf`, nginxUpstreamConfig(dir, dir, nginx));
-    const nginxArgs = ["-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`];
-    children.push(await spawnReady("nginx", nginxArgs, { port: nginx }));
-    const socksArgs = ["-i", "127.0.0.1", "-p", String(socks)];
-    children.push(await spawnReady("microsocks", socksArgs, { port: socks }));
+    children.push(await startNginx(`${dir}/nginx.conf`, nginx));
+    children.push(await startMicrosocks(socks));
     const store = await startRedis(children);
     const edges = await Promise.all(
       SETUPS.map((setup, i) => boot(`${dir}/edge${i}`, setup, { nginx, socks, store }, children)),
@@ -220,26 +221,20 @@ async function boot(
       : {}),
   });
   const name = dir.slice(dir.lastIndexOf("/") + 1);
-  const flags = await writeGateway(dir, {
-    node_id: `bench-${name}`,
-    mode: "local",
-    workers: 1,
-    tenants_dir: "tenants",
-    lanes: {
-      public: { listen: [{ hostname: "127.0.0.1", port }] },
-      local_health: { listen: [{ hostname: "127.0.0.1", port: local }] },
+  const config = benchEdgeConfig(
+    { gateway: port, local },
+    { socks: [{ hostname: "127.0.0.1", port: peers.socks }] },
+    {
+      node_id: `bench-${name}`,
+      workers: 1,
+      observe: { salt_file: "salt" },
+      ...(setup.store ? { policy_stores: [url] } : {}),
     },
-    timeouts: { header_ms: 10000, idle_ms: 30000, request_ms: 600000 },
-    ledger: {
-      application_slots: 1024,
-      inflight_bytes: 1 << 30,
-      per_connection: 8,
-      lanes: { public: { deadline_ms: 60000 } },
-    },
-    egress: { socks: [{ hostname: "127.0.0.1", port: peers.socks }] },
-    observe: { salt_file: "salt" },
-    ...(setup.store ? { policy_stores: [url] } : {}),
-  }, [tenant("bench.test", ADMIT_ALL, `${name}:`), tenant("flood.test", TIGHT, `${name}f:`)]);
+  );
+  const flags = await writeGateway(dir, config, [
+    tenant("bench.test", ADMIT_ALL, `${name}:`),
+    tenant("flood.test", TIGHT, `${name}f:`),
+  ]);
   const child = await spawnGateway(dir, flags);
   children.push(child);
   const edge = { setup, port, local, pid: child.pid };

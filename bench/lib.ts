@@ -115,6 +115,16 @@ export async function spawnReady(
   return child;
 }
 
+/** Starts nginx on `config` (its error log beside it) and waits until `port` accepts. */
+export function startNginx(config: string, port: number): Promise<Deno.ChildProcess> {
+  return spawnReady("nginx", ["-c", config, "-e", `${config}.error.log`], { port });
+}
+
+/** Starts microsocks on loopback `port` and waits until it accepts. */
+export function startMicrosocks(port: number): Promise<Deno.ChildProcess> {
+  return spawnReady("microsocks", ["-i", "127.0.0.1", "-p", String(port)], { port });
+}
+
 /** Stops children (SIGTERM, then waits). */
 export async function stopAll(children: Deno.ChildProcess[]): Promise<void> {
   for (const child of children) {

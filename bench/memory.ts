@@ -32,6 +32,7 @@ import {
   ROOT,
   sampleRss,
   spawnReady,
+  startNginx,
   stopAll,
   writeGateway,
   wrk,
@@ -135,9 +136,7 @@ async function startUpstream(
   }
   await Deno.writeTextFile(`${dir}/nginx.conf`, nginxUpstreamConfig(dir, dir, port));
   children.push(
-    await spawnReady("nginx", ["-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`], {
-      port,
-    }),
+    await startNginx(`${dir}/nginx.conf`, port),
   );
   return { dir, nginx: `127.0.0.1:${port}`, sink: `127.0.0.1:${sinkPort}` };
 }

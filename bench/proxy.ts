@@ -26,6 +26,8 @@ import {
   ROOT,
   spawnGateway,
   spawnReady,
+  startMicrosocks,
+  startNginx,
   stopAll,
   writeGateway,
   wrk,
@@ -79,16 +81,8 @@ async function main() {
     await huge.truncate(1024 ** 3); // sparse: no disk used
     huge.close();
     await Deno.writeTextFile(`${dir}/nginx.conf`, nginxUpstreamConfig(dir, dir, ports.nginx));
-    children.push(
-      await spawnReady("nginx", ["-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`], {
-        port: ports.nginx,
-      }),
-    );
-    children.push(
-      await spawnReady("microsocks", ["-i", "127.0.0.1", "-p", String(ports.socks)], {
-        port: ports.socks,
-      }),
-    );
+    children.push(await startNginx(`${dir}/nginx.conf`, ports.nginx));
+    children.push(await startMicrosocks(ports.socks));
     const sink = await startSink();
     closers.push(() => sink.close());
     const tenants = [{

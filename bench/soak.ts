@@ -25,7 +25,7 @@ import {
   nginxUpstreamConfig,
   ROOT,
   rssOf,
-  spawnReady,
+  startNginx,
   stopAll,
   writeGateway,
 } from "./lib.ts";
@@ -389,11 +389,7 @@ async function main() {
     await Deno.mkdir(`${dir}/up`);
     await Deno.writeFile(`${dir}/www/k64`, new Uint8Array(64 * 1024).fill(120));
     await Deno.writeTextFile(`${dir}/upstream.conf`, nginxUpstreamConfig(`${dir}/up`, dir, port));
-    children.push(
-      await spawnReady("nginx", ["-c", `${dir}/upstream.conf`, "-e", `${dir}/up/error.log`], {
-        port,
-      }),
-    );
+    children.push(await startNginx(`${dir}/upstream.conf`, port));
     const rows: string[] = [];
     for (const setup of setups) rows.push(await soak(dir, `127.0.0.1:${port}`, setup));
     console.log(`\n### Soak summary: ${RATE} req/s, ${SECONDS} s, samples every 10 s\n`);

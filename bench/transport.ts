@@ -31,6 +31,8 @@ import {
   ROOT,
   spawnGateway,
   spawnReady,
+  startMicrosocks,
+  startNginx,
   stopAll,
   writeGateway,
   type WrkResult,
@@ -144,14 +146,9 @@ async function startUpstream(
   await Deno.mkdir(`${dir}/www`, { mode: 0o755 });
   await Deno.writeFile(`${dir}/www/big`, new Uint8Array(1024 * 1024).fill(120));
   await Deno.writeTextFile(`${dir}/nginx.conf`, nginxUpstreamConfig(dir, dir, ports.nginx));
-  const nginx = await spawnReady(
-    "nginx",
-    ["-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`],
-    { port: ports.nginx },
-  );
+  const nginx = await startNginx(`${dir}/nginx.conf`, ports.nginx);
   try {
-    const args = ["-i", "127.0.0.1", "-p", String(ports.socks)];
-    return [nginx, await spawnReady("microsocks", args, { port: ports.socks })];
+    return [nginx, await startMicrosocks(ports.socks)];
   } catch (error) {
     await stopAll([nginx]);
     throw error;

@@ -28,7 +28,8 @@ import {
   median,
   nginxUpstreamConfig,
   spawnGateway,
-  spawnReady,
+  startMicrosocks,
+  startNginx,
   stopAll,
   writeGateway,
   wrk,
@@ -87,16 +88,8 @@ async function main() {
     const ports = { plain: freePort(), ssl: freePort(), status: freePort(), socks: freePort() };
     const config = nginxConfig(dir, ports, leaf);
     await Deno.writeTextFile(`${dir}/nginx.conf`, config);
-    children.push(
-      await spawnReady("nginx", ["-c", `${dir}/nginx.conf`, "-e", `${dir}/nginx-error.log`], {
-        port: ports.ssl,
-      }),
-    );
-    children.push(
-      await spawnReady("microsocks", ["-i", "127.0.0.1", "-p", String(ports.socks)], {
-        port: ports.socks,
-      }),
-    );
+    children.push(await startNginx(`${dir}/nginx.conf`, ports.ssl));
+    children.push(await startMicrosocks(ports.socks));
     const gatewayPort = freePort();
     const at = `${dir}/gateway`;
     await Deno.mkdir(`${at}/tenants`, { recursive: true });
