@@ -156,11 +156,6 @@ class LaneListener implements ListenerSide {
       if (connection.closing) return connection.drop();
       if (!response.shouldKeepAlive) connection.close();
       connection.reading = request;
-      // Only a request still reading its body is needed there: once answered and complete it is
-      // let go, so an idle keep-alive connection does not hold its last request.
-      response.once("finish", () => {
-        if (connection.reading === request && request.complete) connection.reading = undefined;
-      });
       if (connection.mustWait()) {
         connection.wait(() => this.#options.serve(new ResponseArrival(this, request, response)));
         return;
