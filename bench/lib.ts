@@ -24,11 +24,19 @@ export interface WrkResult {
 
 /** A free loopback port (bound once, then released). */
 export function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
+  for (;;) {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = (listener.addr as Deno.NetAddr).port;
+    listener.close();
+    // The kernel may hand a just-closed port out again: never give one twice in a run.
+    if (given.has(port)) continue;
+    given.add(port);
+    return port;
+  }
 }
+
+/** Ports {@link freePort} handed out in this run. */
+const given = new Set<number>();
 
 /** True when `command` runs (`--version`-style probe). */
 export async function has(command: string, args: string[] = ["--version"]): Promise<boolean> {
