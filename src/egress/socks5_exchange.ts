@@ -73,7 +73,7 @@ const REPLIES: Readonly<Record<number, readonly [SocksFailureKind, string]>> = {
 };
 
 /** Classifies a non-zero CONNECT reply code. */
-function classifyReply(reply: number): readonly [SocksFailureKind, string] {
+export function classifyReply(reply: number): readonly [SocksFailureKind, string] {
   return REPLIES[reply] ?? ["rejected", "unknown reply"];
 }
 
