@@ -63,6 +63,7 @@ Deno.test("loadConfig() fills every egress default and trusts no proxy by defaul
     connect_timeout_ms: 10_000,
     body_idle_ms: 60_000,
     idle_socket_ms: 30_000,
+    owned_reads: true,
     probe_interval_ms: 30_000,
     breaker: { window: 20, min_samples: 10, failure_ratio: 0.5 },
     negative_cache: { failures: 3, ttl_ms: 30_000, when_all_cold: "try" },

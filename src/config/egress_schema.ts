@@ -147,6 +147,7 @@ export const EgressSchema: v.GenericSchema<unknown, EgressInput> = v.optional(
     connect_timeout_ms: v.optional(wholeNumber(1, 600_000), 10_000),
     body_idle_ms: v.optional(wholeNumber(1, 3_600_000), 60_000),
     idle_socket_ms: v.optional(wholeNumber(1, 3_600_000), 30_000),
+    owned_reads: v.optional(v.boolean("Expected true or false"), true),
     probe_interval_ms: v.optional(wholeNumber(1, 3_600_000), 30_000),
     breaker: v.optional(
       v.strictObject({
@@ -243,6 +244,11 @@ export interface EgressInput {
   body_idle_ms: number;
   /** How long a kept-alive upstream connection stays open unused. */
   idle_socket_ms: number;
+  /**
+   * Read plain-HTTP upstream responses on the gateway's own connections into reused buffers (the
+   * default), rather than through `node:http`'s client.
+   */
+  owned_reads: boolean;
   /** How often an open breaker probes its instance. */
   probe_interval_ms: number;
   /** When an instance's breaker opens. */

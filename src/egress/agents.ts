@@ -11,6 +11,8 @@ import http from "node:http";
 import net from "node:net";
 import type { Duplex } from "node:stream";
 import { socksConnect, type SocksInstance } from "./socks5.ts";
+import { socksDialConn } from "./socks5_conn.ts";
+import { OwnedConn, OwnedConns } from "./owned_conns.ts";
 import type { SocksDial } from "./transport.ts";
 import { poolName, startUpstreamTls, upstreamTlsOf } from "./upstream_tls.ts";
 
@@ -125,6 +127,8 @@ export class SocksAgent extends http.Agent {
   readonly instance: SocksInstance;
   /** Handshakes in flight. */
   readonly connecting = new Connecting();
+  /** The connections the gateway reads itself (owned_conns.ts). */
+  readonly owned = new OwnedConns(MAX_FREE_SOCKETS);
   readonly #timeoutMs: number;
   readonly #refuse?: AgentSettings["refuse"];
   readonly #refuseBound?: AgentSettings["refuseBound"];
@@ -174,6 +178,53 @@ export class SocksAgent extends http.Agent {
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;
   }
+
+  /** True when this instance is reached over plain TCP, so its connections can be owned. */
+  get ownable(): boolean {
+    return this.#dial === undefined;
+  }
+
+  /**
+   * Dials a connection the gateway reads itself: SOCKS5 CONNECT to `target` on a `Deno.TcpConn`,
+   * refused, bounded and classified like {@link createConnection}'s.
+   */
+  async dialOwned(
+    target: Target,
+    limits: OwnedDial,
+  ): Promise<{ conn: OwnedConn; head: Uint8Array }> {
+    const refusal = this.#refuse?.(target.host, target.port);
+    if (refusal !== undefined) throw new EgressRefusal(refusal);
+    const refuseBound = this.#refuseBound;
+    const onBound = refuseBound &&
+      ((bound: string) => refuseBound(target.host, target.port, bound));
+    const timeoutMs = limits.timeoutMs ?? this.#timeoutMs;
+    const dialled = socksDialConn(this.instance, target, { ...limits, timeoutMs, onBound });
+    const { conn, leftover } = await this.connecting.track(dialled);
+    return { conn: new OwnedConn(conn, ownedKey(target)), head: leftover };
+  }
+
+  /** Closes node's sockets and the owned connections. */
+  override destroy(): void {
+    this.owned.closeAll();
+    super.destroy();
+  }
+}
+
+/** A destination as the agents dial it. */
+export interface Target {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** Limits of one owned dial: the route's connect limit (else the agent's), and the abort. */
+export interface OwnedDial {
+  readonly timeoutMs?: number;
+  readonly signal?: AbortSignal;
+}
+
+/** The owned pool a destination's connections share. */
+export function ownedKey(target: Target): string {
+  return `${target.host}:${target.port}`;
 }
 
 /** Why a direct connection failed, so it can be classified like a SOCKS failure. */
@@ -199,6 +250,9 @@ export class DirectConnectError extends Error {
 export class DirectAgent extends http.Agent {
   /** Connects in flight. */
   readonly connecting = new Connecting();
+  /** The connections the gateway reads itself (owned_conns.ts). */
+  readonly owned = new OwnedConns(MAX_FREE_SOCKETS);
+  readonly ownable = true;
   readonly #timeoutMs: number;
   readonly #refuse?: AgentSettings["refuse"];
 
@@ -229,6 +283,56 @@ export class DirectAgent extends http.Agent {
     this.connecting.track(pending)
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;
+  }
+
+  /** Dials a connection the gateway reads itself, refused and bounded like node's. */
+  async dialOwned(
+    target: Target,
+    limits: OwnedDial,
+  ): Promise<{ conn: OwnedConn; head: Uint8Array }> {
+    const refusal = this.#refuse?.(target.host, target.port);
+    if (refusal !== undefined) throw new EgressRefusal(refusal);
+    const timeoutMs = limits.timeoutMs ?? this.#timeoutMs;
+    const conn = await this.connecting.track(dialDirect(target, timeoutMs, limits.signal));
+    return { conn: new OwnedConn(conn, ownedKey(target)), head: new Uint8Array(0) };
+  }
+
+  /** Closes node's sockets and the owned connections. */
+  override destroy(): void {
+    this.owned.closeAll();
+    super.destroy();
+  }
+}
+
+/**
+ * `Deno.connect` to a `direct` target within `timeoutMs`, stopped by `signal`.
+ *
+ * @throws {DirectConnectError} on timeout, failure or abort (the cause keeps Deno's error)
+ */
+async function dialDirect(
+  target: Target,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<Deno.TcpConn> {
+  if (signal?.aborted) throw new DirectConnectError("aborted");
+  const stop = new AbortController();
+  const timer = setTimeout(() => stop.abort("timeout"), timeoutMs);
+  const onAbort = () => stop.abort("aborted");
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    const conn = await Deno.connect({
+      hostname: target.host,
+      port: target.port,
+      signal: stop.signal,
+    });
+    conn.setNoDelay(true);
+    return conn;
+  } catch (error) {
+    const why = stop.signal.aborted ? stop.signal.reason as "timeout" | "aborted" : "unreachable";
+    throw new DirectConnectError(why, { cause: error });
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", onAbort);
   }
 }
 

@@ -40,6 +40,11 @@ export interface EgressSettings extends AgentSettings {
   /** Internal destinations tenants may reach (`egress.allow_private`): CIDRs, host:port. */
   readonly allowPrivate?: readonly string[];
   readonly bodyIdleMs: number;
+  /**
+   * Plain-HTTP exchanges without a request body run on connections the gateway reads itself
+   * (owned_conns.ts); default on.
+   */
+  readonly ownedReads?: boolean;
   readonly breaker: BreakerOptions;
   readonly negativeCache: {
     readonly failures: number;
@@ -382,6 +387,9 @@ export class Egress {
     for (const agent of [this.#directAgent, ...this.#ways.agents]) {
       for (const list of Object.values(agent.sockets)) active += list?.length ?? 0;
       for (const list of Object.values(agent.freeSockets)) idle += list?.length ?? 0;
+      const owned = agent.owned.counts();
+      active += owned.active;
+      idle += owned.idle;
       connecting += agent.connecting.count;
     }
     return { active, idle, connecting, tunnels: this.#tunnels };

@@ -17,6 +17,7 @@
  * @module
  */
 import type http from "node:http";
+import type { OwnedConns } from "./owned_conns.ts";
 
 /** What the sweep reads from an upstream socket (node's `_httpMessage` is its request). */
 interface UpstreamSocket {
@@ -39,6 +40,7 @@ export class IdleWatch {
   readonly #announced = new WeakMap<object, number>();
   readonly #intervalMs: number;
   readonly #bodySweeps: number;
+  readonly #bodyIdleMs: number;
   readonly #socketIdleMs: number;
   readonly #clock: () => number;
   #timer: number | undefined;
@@ -61,6 +63,7 @@ export class IdleWatch {
       Math.min(1000, Math.floor(Math.min(limits.bodyIdleMs, limits.socketIdleMs) / 2)),
     );
     this.#bodySweeps = Math.max(1, Math.round(limits.bodyIdleMs / this.#intervalMs));
+    this.#bodyIdleMs = limits.bodyIdleMs;
     this.#socketIdleMs = limits.socketIdleMs;
     this.#clock = clock;
   }
@@ -99,7 +102,12 @@ export class IdleWatch {
   /** One sweep (exposed for tests). */
   sweep(): void {
     const now = this.#clock();
+    const owned = {
+      bodyIdleMs: this.#bodyIdleMs,
+      idleLimit: (conn: object) => this.#announced.get(conn) ?? this.#socketIdleMs,
+    };
     for (const agent of this.#agents()) {
+      (agent as { owned?: OwnedConns }).owned?.sweep(now, owned);
       for (const list of Object.values(agent.sockets)) {
         for (const socket of (list ?? []) as unknown as UpstreamSocket[]) {
           this.#freeSince.delete(socket);

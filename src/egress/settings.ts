@@ -21,6 +21,7 @@ export function egressSettings(config: EgressConfig): EgressSettings {
     connectTimeoutMs: config.connect_timeout_ms,
     idleSocketMs: config.idle_socket_ms,
     bodyIdleMs: config.body_idle_ms,
+    ownedReads: config.owned_reads,
     breaker: {
       window: config.breaker.window,
       minSamples: config.breaker.min_samples,

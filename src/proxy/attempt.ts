@@ -25,6 +25,7 @@ import type { FailureKind } from "../request/errors.ts";
 import type { ProxyAction } from "./actions.ts";
 import type { ForwardContext } from "./hygiene.ts";
 import { forwardBody } from "./forward_body.ts";
+import { type StreamedBody, streamUpstream } from "../request/body_stream.ts";
 
 /** An attempt that failed, classified. */
 export class AttemptFailure extends Error {
@@ -88,10 +89,30 @@ export interface Forward {
   readonly bodyLimit?: number;
 }
 
-/** What an attempt got back: response headers, and for a 101 the upstream socket. */
+/** What an attempt got back: the response head, its body to stream, and for a 101 the tunnel. */
 export interface Answer {
-  readonly response: http.IncomingMessage;
+  readonly status: number;
+  readonly rawHeaders: string[];
+  /** The upstream connection it came on: the idle watch honours its `Keep-Alive` there. */
+  readonly connection?: object | null;
+  /** The response's `Keep-Alive` value, if any. */
+  readonly keepAlive?: string;
+  /** The body, to stream; `settle` learns once whether the upstream delivered all of it. */
+  stream(settle: (ok: boolean) => void): StreamedBody;
   readonly tunnel?: { readonly socket: Duplex; readonly head: Uint8Array };
+}
+
+/** The answer of a `node:http` response. */
+function nodeAnswer(response: http.IncomingMessage, tunnel?: Answer["tunnel"]): Answer {
+  const keepAlive = response.headers["keep-alive"];
+  return {
+    status: response.statusCode ?? 502,
+    rawHeaders: response.rawHeaders,
+    connection: response.socket,
+    keepAlive: typeof keepAlive === "string" ? keepAlive : undefined,
+    stream: (settle) => streamUpstream(response, settle),
+    tunnel,
+  };
 }
 
 /** One attempt's own choices: its number, the backend, the way out, and the head written for them. */
@@ -170,10 +191,10 @@ class AttemptExchange {
     // Emitted before node writes the head on it.
     upstream.once("socket", (given) => this.#gotSocket(given));
     if (!this.#forward.hasBody) upstream.end();
-    upstream.once("response", (response) => this.#done(null, { response }));
+    upstream.once("response", (response) => this.#done(null, nodeAnswer(response)));
     if (this.#context.upgrade) {
       upstream.once("upgrade", (response, socket: Duplex, head: Uint8Array) => {
-        this.#done(null, { response, tunnel: { socket, head } });
+        this.#done(null, nodeAnswer(response, { socket, head }));
       });
     }
     upstream.once("error", (error) => {
@@ -316,7 +337,7 @@ function refuseTransparentRetry(request: http.ClientRequest): void {
  * byte count, whatever the error's type: a connect error after bytes went out on another socket
  * (a client re-dialling underneath) must not pass for "nothing sent".
  */
-function classify(
+export function classify(
   error: Error,
   connected: boolean,
   bodyTaken: boolean,

@@ -40,8 +40,8 @@ import {
   type Forward,
   sendAttempt,
 } from "./attempt.ts";
-import { streamUpstream } from "../request/body_stream.ts";
 import { applyRewrite } from "./rewrite.ts";
+import { canOwn, sendOwnedAttempt } from "./owned_attempt.ts";
 import type { PathRules } from "../request/canonical_path.ts";
 
 export type { Forward } from "./attempt.ts";
@@ -162,13 +162,16 @@ export async function forwardRequest(
     const attempt: Attempt = { number, backend, way, headers };
     const release = services.pending.enter(backend.key);
     try {
-      const answer = await sendAttempt(context, forward, attempt).catch((error) => {
+      const sending = canOwn(context, forward, attempt, egress.settings.ownedReads !== false)
+        ? sendOwnedAttempt(context, forward, attempt, services.clock)
+        : sendAttempt(context, forward, attempt);
+      const answer = await sending.catch((error) => {
         release();
         throw error;
       });
       const latencyMs = services.clock() - started;
       if (record) record.upstreamMs += latencyMs;
-      trace?.answered(answer.response.statusCode ?? 0);
+      trace?.answered(answer.status);
       return answerReply(context, services, { attempt, answer, latencyMs, release });
     } catch (error) {
       if (record) record.upstreamMs += services.clock() - started;
@@ -258,8 +261,7 @@ function answerReply(
 ): Reply {
   const { egress } = services;
   const { attempt: { way, backend }, answer, latencyMs, release } = answered;
-  const keepAlive = answer.response.headers["keep-alive"];
-  if (typeof keepAlive === "string") egress.idle.honour(answer.response.socket, keepAlive);
+  egress.idle.honour(answer.connection, answer.keepAlive);
   const finish = (ok: boolean) => {
     release(); // the max_pending slot is free once the answer has ended
     egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
@@ -271,17 +273,16 @@ function answerReply(
     answer.tunnel.socket.once("close", () => finish(true));
     egress.holdTunnel(answer.tunnel.socket);
     if (context.upgrade!.head.byteLength > 0) answer.tunnel.socket.write(context.upgrade!.head);
-    const raw = answer.response.rawHeaders;
     return {
       status: 101,
-      rawHeaders: downstreamHeaders(raw, context.requestId, { upgrade: true, via }),
+      rawHeaders: downstreamHeaders(answer.rawHeaders, context.requestId, { upgrade: true, via }),
       tunnel: answer.tunnel,
     };
   }
   return {
-    status: answer.response.statusCode ?? 502,
-    rawHeaders: downstreamHeaders(answer.response.rawHeaders, context.requestId, { via }),
-    stream: streamUpstream(answer.response, finish),
+    status: answer.status,
+    rawHeaders: downstreamHeaders(answer.rawHeaders, context.requestId, { via }),
+    stream: answer.stream(finish),
   };
 }
 
