@@ -15,7 +15,9 @@
  * limit is raised for the gateway as far as the hard limit allows; the 10,000 idle sockets are
  * held by this process. `BENCH_COMPARE_FLAGS` (e.g. `--v8-flags=--max-semi-space-size=1`) runs
  * every scenario also on a gateway started with those extra deno flags, interleaved, and prints
- * both with ratios. `BENCH_ONLY=streams,upload,download,idle,proxy` picks scenarios.
+ * both with ratios; `BENCH_COMPARE_NODE_READS=1` compares instead with a gateway whose upstream
+ * responses go through `node:http`'s client (`egress.owned_reads: false`, the relay before issue
+ * 21). `BENCH_ONLY=streams,upload,download,idle,proxy` picks scenarios.
  *
  * Needs `nginx`, `wrk` and `curl`. Usage: `deno task bench:memory`. About 2 minutes per
  * configuration on a 2-core machine.
@@ -42,6 +44,10 @@ const SCENARIOS = ["streams", "upload", "download", "idle", "proxy"] as const;
 type Scenario = typeof SCENARIOS[number];
 const ONLY = (Deno.env.get("BENCH_ONLY") ?? SCENARIOS.join(",")).split(",").map((s) => s.trim());
 const COMPARE = Deno.env.get("BENCH_COMPARE_FLAGS")?.trim();
+/** `BENCH_COMPARE_NODE_READS=1`: the second gateway relays through `node:http`'s client. */
+const NODE_READS = Deno.env.get("BENCH_COMPARE_NODE_READS") === "1"
+  ? { owned_reads: false }
+  : undefined;
 const MIB = 1024 * 1024;
 const STREAMS = 32;
 const STREAM_BYTES = 256 * MIB;
@@ -51,10 +57,11 @@ const SETTLE_MS = 10_000;
 /** Raise the gateway's open-file limit, as far as the hard limit allows, then become it. */
 const RAISE_AND_EXEC = 'ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$0" "$@"';
 
-/** One gateway configuration: a label and the extra deno flags it starts with. */
+/** One gateway configuration: a label, the extra deno flags it starts with, its egress fields. */
 interface Variant {
   readonly label: string;
   readonly flags: readonly string[];
+  readonly egress?: Record<string, unknown>;
 }
 
 /** One measured figure with its target: at most `max`, or at least `share` × the default's. */
@@ -95,6 +102,9 @@ async function main() {
   if (!await haveTools("bench/memory", { wrk: ["--version"], nginx: ["-v"], curl: ["-V"] })) return;
   const variants: Variant[] = [{ label: "default", flags: [] }];
   if (COMPARE) variants.push({ label: COMPARE, flags: COMPARE.split(/\s+/) });
+  else if (NODE_READS) {
+    variants.push({ label: "owned_reads: false", flags: [], egress: NODE_READS });
+  }
   const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-memory-" });
   const children: Deno.ChildProcess[] = [];
   const sink = discardSink();
@@ -147,7 +157,11 @@ async function startUpstream(
  */
 async function startGateway(bench: Bench, variant: Variant, name: string): Promise<Gateway> {
   const at = { gateway: freePort(), local: freePort() };
-  const egress = { direct: [bench.nginx, bench.sink], allow_private: ["127.0.0.0/8"] };
+  const egress = {
+    direct: [bench.nginx, bench.sink],
+    allow_private: ["127.0.0.0/8"],
+    ...variant.egress,
+  };
   const config = benchEdgeConfig(at, egress, {
     timeouts: { header_ms: 10000, idle_ms: 300000, request_ms: 600000 },
     ledger: {
