@@ -24,6 +24,7 @@ import { disposeAll, getFrom, HubProcess, tenantText } from "../tests/fixtures/h
 import { freePorts } from "../tests/fixtures/gateway.ts";
 import { connectionRefused, waitFor } from "../tests/fixtures/in_process.ts";
 import { HeldUpstream, proxyTenant } from "./fixtures/held_upstream.ts";
+import { parseDiag } from "../tests/fixtures/diag_lines.ts";
 
 const GRACE_SECONDS = 2;
 /** The hub's CRL look interval (its default): the bound the claim allows beyond the grace. */
@@ -55,6 +56,15 @@ async function writeEdge(hub: HubProcess, upstreamPort: number) {
   await Deno.writeTextFile(`${dir}/config.yaml`, stringify(config));
   await Deno.copyFile(`${hub.dir}/ca/root.crt`, `${dir}/hub-ca.pem`);
   return { dir: { dir, config: `${dir}/config.yaml` }, ports };
+}
+
+/** The time stamped on the edge's "revoked by the hub" line, in ms since the epoch. */
+function revokedLineTime(stderr: string): number {
+  const line = stderr.split("\n").map(parseDiag).find((d) => d?.msg.includes("revoked by the hub"));
+  assert.ok(line, `no "revoked by the hub" line:\n${stderr}`);
+  const at = Date.parse(line.time);
+  assert.ok(Number.isFinite(at), `unreadable time on ${JSON.stringify(line)}`);
+  return at;
 }
 
 /** Hands the edge a fresh secret made by `hub add-node` (mode 0600). */
@@ -130,7 +140,9 @@ boundedTest(
       const revoked = await runCli(CA_FLAGS, ["hub", "revoke", hub.config, "edge-1"]);
       assert.equal(revoked.code, 0, revoked.stderr);
       await waitFor(() => edge!.stderr, (s) => /revoked by the hub/.test(s), LOOK_MS + 5000);
-      const heardAt = Date.now();
+      // When the edge heard, by the time on its own log line: this test reads the line later, and
+      // on a busy machine late enough to see less than the grace between hearing and stopping.
+      const heardAt = revokedLineTime(edge.stderr);
       // A request in flight across the end of the grace.
       const inFlight = getFrom(edge, "held.test", "/in-flight");
       await waitFor(() => upstream.held, (n) => n === 1, 5000);
