@@ -8,8 +8,8 @@
  * @module
  */
 import assert from "node:assert/strict";
+import { BodyDecoder } from "../src/egress/h1_body.ts";
 import {
-  BodyDecoder,
   type Framing,
   parseResponseHead,
   ResponseFramingError,

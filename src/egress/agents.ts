@@ -1,14 +1,15 @@
 /**
  * The ways out, as `node:http` agents that keep upstream connections alive: one agent per SOCKS
  * instance (each new connection is a SOCKS5 CONNECT with remote name resolution through that
- * instance), and one agent for `direct` targets. Both bound the time to a usable connection, and
- * both run the TLS handshake of an `https://` backend inside that time (upstream_tls.ts), pooling
- * TLS connections apart per TLS identity.
+ * instance), and one agent for `direct` targets (direct_agent.ts). Both bound the time to a usable
+ * connection, and both run the TLS handshake of an `https://` backend inside that time
+ * (upstream_tls.ts), pooling TLS connections apart per TLS identity. This module holds the SOCKS
+ * agent and what the two share: their settings, the request options an attempt hands them, the
+ * pool's limits, the TLS step, and the count of connections being made.
  *
  * @module
  */
 import http from "node:http";
-import net from "node:net";
 import type { Duplex } from "node:stream";
 import { socksConnect, type SocksInstance } from "./socks5.ts";
 import { socksDialConn } from "./socks5_conn.ts";
@@ -43,7 +44,8 @@ export class EgressRefusal extends Error {
   }
 }
 
-type Callback = (error: Error | null, stream: Duplex) => void;
+/** node's callback for a connection made asynchronously by `createConnection`. */
+export type Callback = (error: Error | null, stream: Duplex) => void;
 
 /**
  * The request option that carries an attempt's abort signal to the agent's `createConnection`
@@ -57,13 +59,13 @@ export const HANDSHAKE_SIGNAL = "portcullisHandshakeSignal";
 export const CONNECT_MS = "portcullisConnectMs";
 
 /** The connect limit an attempt asked for, else the agent's own. */
-function connectLimit(options: http.ClientRequestArgs, own: number): number {
+export function connectLimit(options: http.ClientRequestArgs, own: number): number {
   const given = (options as Record<string, unknown>)[CONNECT_MS];
   return typeof given === "number" && given > 0 ? given : own;
 }
 
 /** The abort signal an attempt passed in its request options, if any. */
-function handshakeSignal(options: http.ClientRequestArgs): AbortSignal | undefined {
+export function handshakeSignal(options: http.ClientRequestArgs): AbortSignal | undefined {
   const signal = (options as Record<string, unknown>)[HANDSHAKE_SIGNAL];
   return signal instanceof AbortSignal ? signal : undefined;
 }
@@ -72,7 +74,7 @@ function handshakeSignal(options: http.ClientRequestArgs): AbortSignal | undefin
  * node's agent also accepts the asynchronous form of `createConnection`: return nothing and call
  * back with the socket later. Its type declaration only knows the synchronous form.
  */
-const LATER = undefined as unknown as Duplex;
+export const LATER = undefined as unknown as Duplex;
 
 /**
  * Keep-alive without node's per-socket timers: idle sockets are closed by the idle watch. At most
@@ -80,7 +82,8 @@ const LATER = undefined as unknown as Duplex;
  * slow to build) without holding descriptors a burst left behind (see descriptors.ts).
  */
 export const MAX_FREE_SOCKETS = 32;
-const AGENT_OPTIONS: http.AgentOptions = {
+/** node's options for every agent: keep-alive, no socket limit, at most {@link MAX_FREE_SOCKETS} idle. */
+export const AGENT_OPTIONS: http.AgentOptions = {
   keepAlive: true,
   maxSockets: Infinity,
   maxFreeSockets: MAX_FREE_SOCKETS,
@@ -91,7 +94,7 @@ const AGENT_OPTIONS: http.AgentOptions = {
  * `pending`'s connection, with the TLS handshake of an `https://` attempt run on it within what is
  * left of `timeoutMs` (started at `started`).
  */
-function secured(
+export function secured(
   pending: Promise<Duplex>,
   options: http.ClientRequestArgs,
   limits: { timeoutMs: number; started: number },
@@ -107,7 +110,7 @@ function secured(
 }
 
 /** Counts connections being made (TCP connect and SOCKS handshake, before node has them). */
-class Connecting {
+export class Connecting {
   count = 0;
 
   /** Counts `pending` until it settles. */
@@ -225,155 +228,4 @@ export interface OwnedDial {
 /** The owned pool a destination's connections share. */
 export function ownedKey(target: Target): string {
   return `${target.host}:${target.port}`;
-}
-
-/** Why a direct connection failed, so it can be classified like a SOCKS failure. */
-export class DirectConnectError extends Error {
-  readonly kind: "timeout" | "unreachable" | "aborted";
-
-  /** @param kind timeout, unreachable, or aborted (the attempt was given up) */
-  constructor(kind: "timeout" | "unreachable" | "aborted", options?: { cause?: unknown }) {
-    super(
-      kind === "timeout"
-        ? "Direct connection timed out"
-        : kind === "aborted"
-        ? "Direct connection abandoned"
-        : "Direct connection failed",
-      options,
-    );
-    this.name = "DirectConnectError";
-    this.kind = kind;
-  }
-}
-
-/** Opens connections straight to `direct` targets (each one a granted `--allow-net` entry). */
-export class DirectAgent extends http.Agent {
-  /** Connects in flight. */
-  readonly connecting = new Connecting();
-  /** The connections the gateway reads itself (owned_conns.ts). */
-  readonly owned = new OwnedConns(MAX_FREE_SOCKETS);
-  readonly ownable = true;
-  readonly #timeoutMs: number;
-  readonly #refuse?: AgentSettings["refuse"];
-
-  /** @param settings connect timeout and idle keep-alive time */
-  constructor(settings: AgentSettings) {
-    super(AGENT_OPTIONS);
-    this.#timeoutMs = settings.connectTimeoutMs;
-    this.#refuse = settings.refuse;
-  }
-
-  /** The pool a connection belongs to: per destination, and per TLS identity (upstream_tls.ts). */
-  override getName(options?: http.ClientRequestArgs): string {
-    return poolName(super.getName(options), options ?? {});
-  }
-
-  /** Called by node for each new upstream connection. */
-  override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
-    const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
-    const refusal = this.#refuse?.(target.host, target.port);
-    if (refusal !== undefined) {
-      callback?.(new EgressRefusal(refusal), LATER);
-      return LATER;
-    }
-    const started = performance.now();
-    const timeoutMs = connectLimit(options, this.#timeoutMs);
-    const socket = connectDirect(target, { connectTimeoutMs: timeoutMs }, handshakeSignal(options));
-    const pending = secured(socket, options, { timeoutMs, started });
-    this.connecting.track(pending)
-      .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
-    return LATER;
-  }
-
-  /** Dials a connection the gateway reads itself, refused and bounded like node's. */
-  async dialOwned(
-    target: Target,
-    limits: OwnedDial,
-  ): Promise<{ conn: OwnedConn; head: Uint8Array }> {
-    const refusal = this.#refuse?.(target.host, target.port);
-    if (refusal !== undefined) throw new EgressRefusal(refusal);
-    const timeoutMs = limits.timeoutMs ?? this.#timeoutMs;
-    const conn = await this.connecting.track(dialDirect(target, timeoutMs, limits.signal));
-    return { conn: new OwnedConn(conn, ownedKey(target)), head: new Uint8Array(0) };
-  }
-
-  /** Closes node's sockets and the owned connections. */
-  override destroy(): void {
-    this.owned.closeAll();
-    super.destroy();
-  }
-}
-
-/**
- * `Deno.connect` to a `direct` target within `timeoutMs`, stopped by `signal`.
- *
- * @throws {DirectConnectError} on timeout, failure or abort (the cause keeps Deno's error)
- */
-async function dialDirect(
-  target: Target,
-  timeoutMs: number,
-  signal?: AbortSignal,
-): Promise<Deno.TcpConn> {
-  if (signal?.aborted) throw new DirectConnectError("aborted");
-  const stop = new AbortController();
-  const timer = setTimeout(() => stop.abort("timeout"), timeoutMs);
-  const onAbort = () => stop.abort("aborted");
-  signal?.addEventListener("abort", onAbort, { once: true });
-  try {
-    const conn = await Deno.connect({
-      hostname: target.host,
-      port: target.port,
-      signal: stop.signal,
-    });
-    conn.setNoDelay(true);
-    return conn;
-  } catch (error) {
-    const why = stop.signal.aborted ? stop.signal.reason as "timeout" | "aborted" : "unreachable";
-    throw new DirectConnectError(why, { cause: error });
-  } finally {
-    clearTimeout(timer);
-    signal?.removeEventListener("abort", onAbort);
-  }
-}
-
-/**
- * Opens a TCP connection to a `direct` target within the connect timeout.
- *
- * @param signal stops the attempt (the socket is closed) when it fires before the connect
- * @throws {DirectConnectError} on timeout, failure or abort (the cause keeps Deno's error)
- */
-export function connectDirect(
-  target: { host: string; port: number },
-  settings: { connectTimeoutMs: number },
-  signal?: AbortSignal,
-): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    let socket: net.Socket | undefined;
-    if (signal?.aborted) return reject(new DirectConnectError("aborted"));
-    const timer = setTimeout(
-      () => fail(new DirectConnectError("timeout")),
-      settings.connectTimeoutMs,
-    );
-    const onAbort = () => fail(new DirectConnectError("aborted"));
-    signal?.addEventListener("abort", onAbort, { once: true });
-    function fail(error: Error) {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-      socket?.destroy();
-      reject(error);
-    }
-    try {
-      socket = net.connect({ host: target.host, port: target.port });
-    } catch (error) {
-      fail(new DirectConnectError("unreachable", { cause: error }));
-      return;
-    }
-    socket.setNoDelay(true);
-    socket.once("error", (error) => fail(new DirectConnectError("unreachable", { cause: error })));
-    socket.once("connect", () => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-      resolve(socket!); // the error listener stays: an error later only destroys the socket
-    });
-  });
 }

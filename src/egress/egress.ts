@@ -9,13 +9,8 @@
 import type http from "node:http";
 import type { Backend } from "./destinations.ts";
 import type { Duplex } from "node:stream";
-import {
-  type AgentSettings,
-  connectDirect,
-  DirectAgent,
-  DirectConnectError,
-  EgressRefusal,
-} from "./agents.ts";
+import { type AgentSettings, EgressRefusal } from "./agents.ts";
+import { connectDirect, DirectAgent, DirectConnectError } from "./direct_agent.ts";
 import { PrivateAllowance, refuseInternal, refuseLoopbackTunnel } from "./destinations.ts";
 import { PoolView } from "./pool_view.ts";
 import { SocksError } from "./socks5.ts";

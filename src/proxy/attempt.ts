@@ -1,73 +1,24 @@
 /**
- * One attempt of a proxied exchange on the wire, and how its failure is classified. The attempt
- * loop (upstream.ts) decides where each attempt goes and whether another may follow; this module
- * makes one: the upstream request with its way out, TLS and per-attempt limits, the count of bytes
- * it wrote (the at-most-once rule's evidence), the request body's pump, and the one settlement —
- * the response head, or a failure classified for the pool, the negative cache, the retry rule and
- * the client.
+ * One attempt of a proxied exchange on the wire. The attempt loop (upstream.ts) decides where each
+ * attempt goes and whether another may follow; this module makes one: the upstream request with its
+ * way out, TLS and per-attempt limits, the count of bytes it wrote (the at-most-once rule's
+ * evidence), the request body's pump, and the one settlement — the response head, or a failure
+ * classified (attempt_failure.ts) for the pool, the negative cache, the retry rule and the client.
  *
  * @module
  */
 import http from "node:http";
 import type { Duplex } from "node:stream";
-import {
-  CONNECT_MS,
-  DirectConnectError,
-  EgressRefusal,
-  HANDSHAKE_SIGNAL,
-} from "../egress/agents.ts";
-import { instanceDown, type Way } from "../egress/egress.ts";
-import { SocksError } from "../egress/socks5.ts";
-import { UPSTREAM_TLS, UpstreamTlsError } from "../egress/upstream_tls.ts";
+import { CONNECT_MS, HANDSHAKE_SIGNAL } from "../egress/agents.ts";
+import type { Way } from "../egress/egress.ts";
+import { UPSTREAM_TLS } from "../egress/upstream_tls.ts";
 import type { Backend } from "../egress/destinations.ts";
 import type { RequestContext } from "../request/context.ts";
-import type { FailureKind } from "../request/errors.ts";
 import type { ProxyAction } from "./actions.ts";
 import type { ForwardContext } from "./hygiene.ts";
 import { forwardBody } from "./forward_body.ts";
 import { type StreamedBody, streamUpstream } from "../request/body_stream.ts";
-
-/** An attempt that failed, classified. */
-export class AttemptFailure extends Error {
-  readonly kind: FailureKind;
-  /**
-   * For the pool: true when the SOCKS instance did its job (the destination failed); undefined
-   * when the attempt says nothing about it (the client went away).
-   */
-  readonly instanceOk?: boolean;
-  /** For the negative cache: false when the backend failed; undefined when it was not reached. */
-  readonly backendOk?: boolean;
-  /** True when no request byte was written to an upstream socket: a retry duplicates nothing. */
-  readonly unsent: boolean;
-  /** Request bytes (head and body) written to the upstream socket. */
-  readonly sentBytes: number;
-  /** True when request body bytes were consumed: the request cannot be replayed. */
-  readonly bodyTaken: boolean;
-
-  constructor(
-    kind: FailureKind,
-    cause: unknown,
-    flags: {
-      instanceOk: boolean | undefined;
-      backendOk?: boolean;
-      sentBytes: number;
-      bodyTaken: boolean;
-      instanceDown?: boolean;
-    },
-  ) {
-    super(kind, { cause });
-    this.kind = kind;
-    this.instanceOk = flags.instanceOk;
-    this.backendOk = flags.backendOk;
-    this.sentBytes = flags.sentBytes;
-    this.unsent = flags.sentBytes === 0;
-    this.bodyTaken = flags.bodyTaken;
-    this.instanceDown = flags.instanceDown === true;
-  }
-
-  /** The SOCKS instance could not be connected to at all: its breaker opens at once. */
-  readonly instanceDown: boolean;
-}
+import { AttemptFailure, classify, tlsAlert } from "./attempt_failure.ts";
 
 /**
  * The upstream request, decided once before any attempt: the path and query it asks for (after the
@@ -330,91 +281,4 @@ class AttemptExchange {
  */
 function refuseTransparentRetry(request: http.ClientRequest): void {
   (request as unknown as { _retrying: boolean })._retrying = true;
-}
-
-/**
- * Classifies a failed attempt for the pool, the retry rule and the client. What was sent is the
- * byte count, whatever the error's type: a connect error after bytes went out on another socket
- * (a client re-dialling underneath) must not pass for "nothing sent".
- */
-export function classify(
-  error: Error,
-  connected: boolean,
-  bodyTaken: boolean,
-  sentBytes: number,
-): AttemptFailure {
-  if (error instanceof EgressRefusal || (error instanceof SocksError && error.kind === "refused")) {
-    // The gateway's own rule refused the destination, before any dial or where the instance's
-    // tunnel led: neither the instance nor the backend is to blame.
-    return new AttemptFailure("upstream_unreachable", error, {
-      instanceOk: true,
-      sentBytes,
-      bodyTaken,
-    });
-  }
-  if (error instanceof SocksError) {
-    const kind: FailureKind = error.kind === "timeout"
-      ? "upstream_timeout"
-      : "upstream_unreachable";
-    const destination = error.blame === "destination";
-    return new AttemptFailure(kind, error, {
-      instanceOk: destination,
-      backendOk: destination ? false : undefined,
-      sentBytes,
-      bodyTaken,
-      instanceDown: instanceDown(error),
-    });
-  }
-  if (error instanceof UpstreamTlsError) {
-    // The tunnel or connection worked; the backend's certificate (or its demand for ours) did not.
-    const blame = { instanceOk: true, backendOk: false, sentBytes, bodyTaken };
-    return new AttemptFailure("upstream_tls", error, blame);
-  }
-  if (error instanceof DirectConnectError) {
-    const kind: FailureKind = error.kind === "timeout"
-      ? "upstream_timeout"
-      : "upstream_unreachable";
-    return new AttemptFailure(kind, error, {
-      instanceOk: true,
-      backendOk: false,
-      sentBytes,
-      bodyTaken,
-    });
-  }
-  return new AttemptFailure(connected ? "upstream_failed" : "upstream_unreachable", error, {
-    instanceOk: false,
-    backendOk: connected ? false : undefined,
-    sentBytes,
-    bodyTaken,
-  });
-}
-
-/**
- * An `https://` backend's refusal that arrives after the client's side of the handshake — under TLS
- * 1.3 a server's verdict on the client certificate comes as an alert on the first read — is still
- * the backend's TLS, not a broken exchange: `upstream_tls`, the backend charged. Bytes were
- * written, so the usual rule for a sent request still decides any retry.
- */
-function tlsAlert(failure: AttemptFailure): AttemptFailure {
-  const cause = failure.cause;
-  if (failure.kind !== "upstream_failed" || !(cause instanceof Error)) return failure;
-  if (!/fatal alert|certificate/i.test(cause.message)) return failure;
-  return new AttemptFailure("upstream_tls", cause, {
-    instanceOk: true,
-    backendOk: false,
-    sentBytes: failure.sentBytes,
-    bodyTaken: failure.bodyTaken,
-  });
-}
-
-/**
- * A missing `--allow-net` grant, or a destination the egress refuses: retrying on another
- * instance cannot help.
- */
-export function deniedByDeno(error: unknown): boolean {
-  for (let e = error; e instanceof Error; e = e.cause) {
-    if (e instanceof Deno.errors.NotCapable || e instanceof EgressRefusal) return true;
-    if (e instanceof SocksError && e.kind === "refused") return true;
-  }
-  return false;
 }

@@ -11,8 +11,8 @@
  */
 import { type OwnedDial, ownedKey, type Target } from "../egress/agents.ts";
 import type { Backend } from "../egress/destinations.ts";
+import { BodyDecoder } from "../egress/h1_body.ts";
 import {
-  BodyDecoder,
   parseResponseHead,
   ResponseFramingError,
   type ResponseHead,
@@ -20,10 +20,11 @@ import {
 import type { OwnedConn, OwnedConns } from "../egress/owned_conns.ts";
 import { giveBuffer, takeBuffer } from "../egress/owned_conns.ts";
 import type { RequestContext } from "../request/context.ts";
-import { type Answer, type Attempt, AttemptFailure, classify, type Forward } from "./attempt.ts";
+import type { Answer, Attempt, Forward } from "./attempt.ts";
+import { AttemptFailure, classify } from "./attempt_failure.ts";
 import { streamOwned } from "./owned_body.ts";
 
-/** What an agent offers for owned connections (agents.ts). */
+/** What an agent offers for owned connections (agents.ts, direct_agent.ts). */
 export interface OwningAgent {
   readonly ownable: boolean;
   readonly owned: OwnedConns;

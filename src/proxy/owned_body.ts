@@ -14,7 +14,7 @@
  * @module
  */
 import http from "node:http";
-import type { BodyDecoder } from "../egress/h1_response.ts";
+import type { BodyDecoder } from "../egress/h1_body.ts";
 import { giveBuffer, type OwnedConn, type OwnedConns, takeBuffer } from "../egress/owned_conns.ts";
 import type { StreamedBody } from "../request/body_stream.ts";
 import { relayed } from "../request/relay_memory.ts";

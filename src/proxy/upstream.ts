@@ -32,14 +32,8 @@ import type { AddressSet } from "../request/cidr.ts";
 import { failureReply, GatewayError } from "../request/errors.ts";
 import { carriesBody } from "../request/head.ts";
 import { downstreamHeaders, upstreamHeaders } from "./hygiene.ts";
-import {
-  type Answer,
-  type Attempt,
-  AttemptFailure,
-  deniedByDeno,
-  type Forward,
-  sendAttempt,
-} from "./attempt.ts";
+import { type Answer, type Attempt, type Forward, sendAttempt } from "./attempt.ts";
+import { AttemptFailure, deniedByDeno } from "./attempt_failure.ts";
 import { applyRewrite } from "./rewrite.ts";
 import { canOwn, sendOwnedAttempt } from "./owned_attempt.ts";
 import type { PathRules } from "../request/canonical_path.ts";
