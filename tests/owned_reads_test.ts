@@ -8,7 +8,9 @@
  *   framings, arrives byte for byte;
  * - keep-alive: one upstream connection carries sequential requests; when the upstream closes an
  *   idle one, the next request opens another and nothing fails;
- * - a body cut short by the upstream reaches the client cut short.
+ * - a body cut short by the upstream reaches the client cut short;
+ * - the upstream receives the request head `node:http`'s client would write, byte for byte
+ *   (obs-text as the client sent it), and a head with CR, LF or NUL in a field is never written.
  *
  * The upstream here is a raw TCP script, so the test sees the gateway's connections from outside.
  *
@@ -24,6 +26,7 @@ import {
 } from "./fixtures/http_client.ts";
 import { waitFor } from "./fixtures/in_process.ts";
 import { closeQuietly, type ProxyEdge, SHOP, withProxyEdge } from "./fixtures/proxy_edge.ts";
+import { requestHead } from "../src/proxy/owned_attempt.ts";
 
 const encoder = new TextEncoder();
 
@@ -34,6 +37,8 @@ interface Script {
   readonly accepted: () => number;
   /** Connections the gateway closed (a read returned end of stream or failed). */
   readonly closedByGateway: () => number;
+  /** Every request head received, as bytes read one character per byte. */
+  readonly heads: string[];
   /** Closes every connection idle between requests (the upstream's keep-alive ran out). */
   closeIdle(): void;
   stop(): Promise<void>;
@@ -51,6 +56,7 @@ function scriptedUpstream(cases: Record<string, Case>): Script {
   const idle = new Set<Deno.Conn>();
   let accepted = 0;
   let closedByGateway = 0;
+  const heads: string[] = [];
   const serve = async (conn: Deno.Conn) => {
     const buffer = new Uint8Array(16384);
     let pending = "";
@@ -63,13 +69,14 @@ function scriptedUpstream(cases: Record<string, Case>): Script {
             closedByGateway++;
             return;
           }
-          pending += new TextDecoder().decode(buffer.subarray(0, n));
+          pending += String.fromCharCode(...buffer.subarray(0, n));
         }
         idle.delete(conn);
         const end = pending.indexOf("\r\n\r\n");
         const line = pending.slice(0, pending.indexOf("\r\n"));
+        heads.push(pending.slice(0, end + 4));
         pending = pending.slice(end + 4);
-        const name = /^[A-Z]+ \/case\/(\S+) HTTP\/1\.1$/.exec(line)?.[1] ?? "";
+        const name = /^[A-Z]+ \/case\/([^\s?]+)\S* HTTP\/1\.1$/.exec(line)?.[1] ?? "";
         const answer = cases[name] ??
           { pieces: ["HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"] };
         for (const piece of answer.pieces) {
@@ -96,6 +103,7 @@ function scriptedUpstream(cases: Record<string, Case>): Script {
     port: (listener.addr as Deno.NetAddr).port,
     accepted: () => accepted,
     closedByGateway: () => closedByGateway,
+    heads,
     closeIdle() {
       for (const conn of idle) closeQuietly(conn);
     },
@@ -451,4 +459,55 @@ Deno.test("owned reads: a body the upstream cuts short reaches the client cut sh
       }
     }
   });
+});
+
+Deno.test("owned reads: the upstream receives the request head node:http's client would write, byte for byte", async () => {
+  // A value with obs-text (the byte 0xE9, as a Latin-1 client sends it), odd spacing and many fields.
+  const wire = "GET /case/length?q=%C3%A9&x=1 HTTP/1.1\r\nHost: shop.test\r\nX-Latin: caf\xe9\r\n" +
+    "X-Spaces:   a  b\t \r\nAccept: */*\r\nUser-Agent: test/1\r\nConnection: close\r\n\r\n";
+  const received: Record<string, string> = {};
+  for (const [label, owned] of [["owned", true], ["node", false]] as const) {
+    await withScript(CASES, owned, async (_send, script, p) => {
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port: p.t.ports.public });
+      try {
+        await writeAll(conn, Uint8Array.from(wire, (c) => c.charCodeAt(0)));
+        const { text } = await readUntilClosed(conn, 10_000);
+        assert.match(text, /^HTTP\/1\.1 200 /, `${label}: ${text.slice(0, 300)}`);
+      } finally {
+        closeQuietly(conn);
+      }
+      assert.equal(script.heads.length, 1, label);
+      // Ids differ per request; everything else is the gateway's choice and must not depend on the reader.
+      received[label] = script.heads[0].replaceAll(`:${script.port}`, ":<port>").replace(
+        /^(x-request-id|x-portcullis-request-id|traceparent): .*\r\n/gim,
+        "",
+      );
+    });
+  }
+  assert.ok(received.owned.includes("X-Latin: caf\xe9\r\n"), JSON.stringify(received.owned));
+  assert.equal(received.owned, received.node);
+});
+
+Deno.test("owned reads: a request head that would break framing is never written", () => {
+  const ok = requestHead("GET", "/a?b=c", ["Host", "x", "X-Latin", "caf\xe9"]);
+  assert.equal(ok[ok.indexOf(0xe9)], 0xe9, "obs-text goes out as the byte it came in as");
+  const refused: [string, string, string[]][] = [
+    ["GET", "/a", ["X-A", "one\r\nX-Injected: two"]],
+    ["GET", "/a", ["X-A", "one\nX-Injected: two"]],
+    ["GET", "/a", ["X-A", "nul\u0000"]],
+    ["GET", "/a", ["X A", "space in the name"]],
+    ["GET", "/a", ["X-A:", "colon in the name"]],
+    ["GET", "/a", ["", "empty name"]],
+    ["GET", "/a", ["X-A", "wide \u0100 character"]],
+    ["GET", "/a b", ["Host", "x"]],
+    ["GET", "/a\r\nX: y", ["Host", "x"]],
+    ["G T", "/a", ["Host", "x"]],
+  ];
+  for (const [method, target, headers] of refused) {
+    assert.throws(
+      () => requestHead(method, target, headers),
+      TypeError,
+      JSON.stringify([method, target, headers]),
+    );
+  }
 });

@@ -99,12 +99,37 @@ export async function sendOwnedAttempt(
   }
 }
 
-/** The request head: request line, the attempt's header list, and keep-alive as node would ask. */
-function requestHead(method: string, path: string, headers: readonly string[]): Uint8Array {
+/**
+ * The request head: request line, the attempt's header list, and keep-alive as node would ask,
+ * one byte per character as node writes a head (a value's bytes as the client sent them).
+ *
+ * @throws {TypeError} when a method, target, name or value would break the head's framing (node's
+ *   client refuses these too; the head is never written)
+ */
+export function requestHead(method: string, path: string, headers: readonly string[]): Uint8Array {
+  if (!TOKEN.test(method) || !TARGET.test(path)) {
+    throw new TypeError(`Refused to write request line ${JSON.stringify(`${method} ${path}`)}`);
+  }
   let text = `${method} ${path} HTTP/1.1\r\n`;
-  for (let i = 0; i < headers.length; i += 2) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
-  return new TextEncoder().encode(`${text}Connection: keep-alive\r\n\r\n`);
+  for (let i = 0; i < headers.length; i += 2) {
+    const [name, value] = [headers[i], headers[i + 1]];
+    if (!TOKEN.test(name) || !FIELD_VALUE.test(value)) {
+      throw new TypeError(`Refused to write header field ${JSON.stringify(name)}`);
+    }
+    text += `${name}: ${value}\r\n`;
+  }
+  text += "Connection: keep-alive\r\n\r\n";
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return bytes;
 }
+
+/** RFC 9110 token: a method or a field name. */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** A request target: visible ASCII and obs-text, no spaces or controls. */
+const TARGET = /^[\x21-\x7e\x80-\xff]+$/;
+/** A field value: visible characters, spaces and tabs, obs-text; never CR, LF or NUL. */
+const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 
 /** A parsed final head, and where its body's first bytes are in the buffer. */
 interface GotHead {
