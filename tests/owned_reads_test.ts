@@ -118,26 +118,29 @@ function scriptedUpstream(cases: Record<string, Case>): Script {
 /** Runs `body` against an edge whose `shop.test` routes `/case/…` to the script, direct. */
 async function withScript(
   cases: Record<string, Case>,
-  ownedReads: boolean,
+  ownedReads: boolean | { ownedReads: boolean; way: "direct" | "socks" },
   body: (
     send: (name: string, method?: string) => Promise<RawResponse>,
     script: Script,
     p: ProxyEdge,
   ) => Promise<void>,
 ): Promise<void> {
+  const { ownedReads: owned, way } = typeof ownedReads === "boolean"
+    ? { ownedReads, way: "direct" }
+    : ownedReads;
   const script = scriptedUpstream(cases);
   try {
     await withProxyEdge({
-      socks: [],
+      socks: way === "socks" ? [{}] : [],
       routes: () => [{
         name: "cases",
         match: { prefix: "/case/" },
         proxy: { backends: [{ url: `http://127.0.0.1:${script.port}` }] },
       }],
       egress: () => ({
-        direct: [`127.0.0.1:${script.port}`],
+        direct: way === "direct" ? [`127.0.0.1:${script.port}`] : [],
         allow_private: ["127.0.0.0/8"],
-        owned_reads: ownedReads,
+        owned_reads: owned,
         body_idle_ms: 2000,
       }),
     }, async (p) => {
@@ -510,4 +513,28 @@ Deno.test("owned reads: a request head that would break framing is never written
       JSON.stringify([method, target, headers]),
     );
   }
+});
+
+Deno.test("owned reads: through a SOCKS instance too, with the same strictness", async () => {
+  const seenBy: Record<string, Record<string, string>> = { owned: {}, node: {} };
+  for (const [label, ownedReads] of [["owned", true], ["node", false]] as const) {
+    await withScript(CASES, { ownedReads, way: "socks" }, async (send, script, p) => {
+      for (const name of ["length", "chunked", "close-delimited", "xchunked"]) {
+        seenBy[label][name] = await send(name).then(seen, () => "cut short");
+      }
+      assert.equal(
+        (await p.egress()).instances[0].requests > 0,
+        true,
+        "the exchanges went through SOCKS",
+      );
+      assert.ok(script.accepted() >= 1);
+    });
+  }
+  for (const name of ["length", "chunked", "close-delimited"]) {
+    assert.equal(seenBy.owned[name], seenBy.node[name], name);
+    assert.equal(JSON.parse(seenBy.owned[name]).status, 200, name);
+  }
+  // Only the owned reader refuses this head: proof that SOCKS exchanges are read by the gateway.
+  assert.equal(JSON.parse(seenBy.owned.xchunked).status, 502);
+  assert.notEqual(seenBy.node.xchunked, seenBy.owned.xchunked);
 });

@@ -14,7 +14,7 @@ import type { Duplex } from "node:stream";
 import { socksConnect, type SocksInstance } from "./socks5.ts";
 import { socksDialConn } from "./socks5_conn.ts";
 import { OwnedConn, OwnedConns } from "./owned_conns.ts";
-import type { SocksDial } from "./transport.ts";
+import { isTcpDial, type SocksDial } from "./transport.ts";
 import { poolName, startUpstreamTls, upstreamTlsOf } from "./upstream_tls.ts";
 
 /** Agent settings shared by every way out. */
@@ -184,7 +184,7 @@ export class SocksAgent extends http.Agent {
 
   /** True when this instance is reached over plain TCP, so its connections can be owned. */
   get ownable(): boolean {
-    return this.#dial === undefined;
+    return this.#dial === undefined || isTcpDial(this.#dial);
   }
 
   /**

@@ -40,12 +40,25 @@ export function alpnFor(port: number): string {
  * @param address the SOCKS server (or, over WireGuard, the hub's private address and a pool port)
  */
 export function tcpDial(address: { hostname: string; port: number }): SocksDial {
-  return function dialTcp(): Dialled {
+  const dial = function dialTcp(): Dialled {
     return {
       socket: net.connect({ host: address.hostname, port: address.port }),
       ready: "connect",
     };
   };
+  TCP_DIALS.add(dial);
+  return dial;
+}
+
+/** The dials {@link tcpDial} made. */
+const TCP_DIALS = new WeakSet<SocksDial>();
+
+/**
+ * True when `dial` is plain TCP to the instance's own address ({@link tcpDial}): the gateway can
+ * then make the same connection itself with `Deno.connect` (owned_conns.ts).
+ */
+export function isTcpDial(dial: SocksDial): boolean {
+  return TCP_DIALS.has(dial);
 }
 
 /** The `socks5_tls` or `https_tunnel` transport's settings, paths resolved. */

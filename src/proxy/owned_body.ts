@@ -130,13 +130,13 @@ class Writes {
     this.#target = target;
     this.#done = [0, 1].map((slot) => (error?: Error | null) => {
       this.#pending[slot]--;
-      if (error) this.#error ??= error;
+      // A write the client's socket refused means the client went away, whichever of this and
+      // the response's close comes first: it says nothing about the upstream.
+      if (error) this.#leave(error, onLeft);
       this.#wake();
     });
     this.#onClose = () => {
-      this.left = true;
-      this.#error ??= new Error("The client left");
-      onLeft();
+      this.#leave(new Error("The client left"), onLeft);
       this.#wake();
     };
     target.once("close", this.#onClose);
@@ -157,6 +157,13 @@ class Writes {
   /** Stops watching the client response. */
   stop(): void {
     this.#target.removeListener("close", this.#onClose);
+  }
+
+  #leave(error: unknown, onLeft: () => void): void {
+    if (this.left) return;
+    this.left = true;
+    this.#error ??= error;
+    onLeft();
   }
 
   #idle(slot?: number): boolean {

@@ -163,7 +163,7 @@ Deno.test("at most once: an upstream that drops a kept-alive connection with a r
       "/retry/e",
       "PUT",
     ]];
-    for (const [path, method] of cases) {
+    for (const [i, [path, method]] of cases.entries()) {
       const id = `${method}-${path}`;
       const outcome = await send(port, path, method, id);
       assert.equal(outcome.status, 502, `${id}: ${outcome.status} ${outcome.body}`);
@@ -171,8 +171,12 @@ Deno.test("at most once: an upstream that drops a kept-alive connection with a r
       const copies = upstream.of(id);
       assert.equal(copies.length, 1, `${id} reached the upstream ${copies.length}×`);
       assert.ok(copies[0].complete && copies[0].body === (method === "GET" ? "" : bodyFor(id)));
-      // The next request needs a kept-alive connection to drop again.
-      assert.equal((await send(port, "/retry/x", "GET", `warm-${id}`)).status, 200);
+      // The next request needs a kept-alive connection to drop again, in its reader's pool: a
+      // request without a body is read on the gateway's own connections (owned_conns.ts), one
+      // with a body through node:http's client, and the two never share a connection.
+      const next = cases[i + 1]?.[1] ?? "GET";
+      const warm = await send(port, "/retry/x", next === "GET" ? "GET" : "POST", `warm-${id}`);
+      assert.equal(warm.status, 200);
     }
     // A GET with attempts left is retried on a new connection and answered.
     const retried = await send(port, "/retry/d", "GET", "retried");
