@@ -45,7 +45,7 @@ export class EgressRefusal extends Error {
 }
 
 /** node's callback for a connection made asynchronously by `createConnection`. */
-export type Callback = (error: Error | null, stream: Duplex) => void;
+type Callback = (error: Error | null, stream: Duplex) => void;
 
 /**
  * The request option that carries an attempt's abort signal to the agent's `createConnection`
@@ -59,13 +59,13 @@ export const HANDSHAKE_SIGNAL = "portcullisHandshakeSignal";
 export const CONNECT_MS = "portcullisConnectMs";
 
 /** The connect limit an attempt asked for, else the agent's own. */
-export function connectLimit(options: http.ClientRequestArgs, own: number): number {
+function connectLimit(options: http.ClientRequestArgs, own: number): number {
   const given = (options as Record<string, unknown>)[CONNECT_MS];
   return typeof given === "number" && given > 0 ? given : own;
 }
 
 /** The abort signal an attempt passed in its request options, if any. */
-export function handshakeSignal(options: http.ClientRequestArgs): AbortSignal | undefined {
+function handshakeSignal(options: http.ClientRequestArgs): AbortSignal | undefined {
   const signal = (options as Record<string, unknown>)[HANDSHAKE_SIGNAL];
   return signal instanceof AbortSignal ? signal : undefined;
 }
@@ -74,7 +74,7 @@ export function handshakeSignal(options: http.ClientRequestArgs): AbortSignal | 
  * node's agent also accepts the asynchronous form of `createConnection`: return nothing and call
  * back with the socket later. Its type declaration only knows the synchronous form.
  */
-export const LATER = undefined as unknown as Duplex;
+const LATER = undefined as unknown as Duplex;
 
 /**
  * Keep-alive without node's per-socket timers: idle sockets are closed by the idle watch. At most
@@ -83,7 +83,7 @@ export const LATER = undefined as unknown as Duplex;
  */
 export const MAX_FREE_SOCKETS = 32;
 /** node's options for every agent: keep-alive, no socket limit, at most {@link MAX_FREE_SOCKETS} idle. */
-export const AGENT_OPTIONS: http.AgentOptions = {
+const AGENT_OPTIONS: http.AgentOptions = {
   keepAlive: true,
   maxSockets: Infinity,
   maxFreeSockets: MAX_FREE_SOCKETS,
@@ -94,7 +94,7 @@ export const AGENT_OPTIONS: http.AgentOptions = {
  * `pending`'s connection, with the TLS handshake of an `https://` attempt run on it within what is
  * left of `timeoutMs` (started at `started`).
  */
-export function secured(
+function secured(
   pending: Promise<Duplex>,
   options: http.ClientRequestArgs,
   limits: { timeoutMs: number; started: number },
@@ -110,7 +110,7 @@ export function secured(
 }
 
 /** Counts connections being made (TCP connect and SOCKS handshake, before node has them). */
-export class Connecting {
+class Connecting {
   count = 0;
 
   /** Counts `pending` until it settles. */
@@ -123,33 +123,38 @@ export class Connecting {
 }
 
 /**
- * Opens every connection through one SOCKS5 instance, with one set of credentials: with tenant
- * isolation, one agent per instance and tenant, so a kept-alive connection never changes tenant.
+ * What every way out does alike: node's keep-alive pool named per TLS identity, the connections the
+ * gateway reads itself, the count of connections being made, and the order of making one — the
+ * destination check first, then the dial within the connect limit (and for node, the TLS handshake
+ * inside the same limit). A way out says only how it opens a connection ({@link open},
+ * {@link openOwned}).
  */
-export class SocksAgent extends http.Agent {
-  readonly instance: SocksInstance;
-  /** Handshakes in flight. */
+export abstract class WayAgent extends http.Agent {
+  /** Connections being made. */
   readonly connecting = new Connecting();
   /** The connections the gateway reads itself (owned_conns.ts). */
-  readonly owned = new OwnedConns(MAX_FREE_SOCKETS);
+  readonly owned: OwnedConns = new OwnedConns(MAX_FREE_SOCKETS);
+  /** True when its connections can be made as `Deno.TcpConn`s (plain TCP all the way). */
+  abstract readonly ownable: boolean;
   readonly #timeoutMs: number;
   readonly #refuse?: AgentSettings["refuse"];
-  readonly #refuseBound?: AgentSettings["refuseBound"];
-  readonly #dial?: SocksDial;
 
-  /**
-   * @param instance the SOCKS instance and the credentials to offer it
-   * @param settings connect timeout and idle keep-alive time
-   * @param dial how the instance is reached (default: plain TCP to its address)
-   */
-  constructor(instance: SocksInstance, settings: AgentSettings, dial?: SocksDial) {
+  /** @param settings connect timeout, idle keep-alive time and the destination check */
+  constructor(settings: AgentSettings) {
     super(AGENT_OPTIONS);
-    this.instance = instance;
     this.#timeoutMs = settings.connectTimeoutMs;
     this.#refuse = settings.refuse;
-    this.#refuseBound = settings.refuseBound;
-    this.#dial = dial;
   }
+
+  /** Opens a connection for node's client, ready for the destination's protocol. */
+  protected abstract open(target: Target, timeoutMs: number, signal?: AbortSignal): Promise<Duplex>;
+
+  /** Opens a connection the gateway reads itself, with any bytes that came after the handshake. */
+  protected abstract openOwned(
+    target: Target,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<{ conn: Deno.TcpConn; head: Uint8Array }>;
 
   /** The pool a connection belongs to: per destination, and per TLS identity (upstream_tls.ts). */
   override getName(options?: http.ClientRequestArgs): string {
@@ -164,32 +169,18 @@ export class SocksAgent extends http.Agent {
       callback?.(new EgressRefusal(refusal), LATER);
       return LATER;
     }
-    const signal = handshakeSignal(options);
-    const refuseBound = this.#refuseBound;
-    const onBound = refuseBound &&
-      ((bound: string) => refuseBound(target.host, target.port, bound));
     const started = performance.now();
     const timeoutMs = connectLimit(options, this.#timeoutMs);
-    const tunnel = socksConnect(this.instance, target, {
-      timeoutMs,
-      signal,
-      onBound,
-      dial: this.#dial,
-    });
-    const pending = secured(tunnel, options, { timeoutMs, started });
+    const opened = this.open(target, timeoutMs, handshakeSignal(options));
+    const pending = secured(opened, options, { timeoutMs, started });
     this.connecting.track(pending)
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
     return LATER;
   }
 
-  /** True when this instance is reached over plain TCP, so its connections can be owned. */
-  get ownable(): boolean {
-    return this.#dial === undefined || isTcpDial(this.#dial);
-  }
-
   /**
-   * Dials a connection the gateway reads itself: SOCKS5 CONNECT to `target` on a `Deno.TcpConn`,
-   * refused, bounded and classified like {@link createConnection}'s.
+   * Dials a connection the gateway reads itself, refused, bounded and classified like
+   * {@link createConnection}'s.
    */
   async dialOwned(
     target: Target,
@@ -197,19 +188,70 @@ export class SocksAgent extends http.Agent {
   ): Promise<{ conn: OwnedConn; head: Uint8Array }> {
     const refusal = this.#refuse?.(target.host, target.port);
     if (refusal !== undefined) throw new EgressRefusal(refusal);
-    const refuseBound = this.#refuseBound;
-    const onBound = refuseBound &&
-      ((bound: string) => refuseBound(target.host, target.port, bound));
     const timeoutMs = limits.timeoutMs ?? this.#timeoutMs;
-    const dialled = socksDialConn(this.instance, target, { ...limits, timeoutMs, onBound });
-    const { conn, leftover } = await this.connecting.track(dialled);
-    return { conn: new OwnedConn(conn, ownedKey(target)), head: leftover };
+    const opened = this.openOwned(target, timeoutMs, limits.signal);
+    const { conn, head } = await this.connecting.track(opened);
+    return { conn: new OwnedConn(conn, ownedKey(target)), head };
   }
 
   /** Closes node's sockets and the owned connections. */
   override destroy(): void {
     this.owned.closeAll();
     super.destroy();
+  }
+}
+
+/**
+ * Opens every connection through one SOCKS5 instance, with one set of credentials: with tenant
+ * isolation, one agent per instance and tenant, so a kept-alive connection never changes tenant.
+ */
+export class SocksAgent extends WayAgent {
+  readonly instance: SocksInstance;
+  readonly #refuseBound?: AgentSettings["refuseBound"];
+  readonly #dial?: SocksDial;
+
+  /**
+   * @param instance the SOCKS instance and the credentials to offer it
+   * @param settings connect timeout and idle keep-alive time
+   * @param dial how the instance is reached (default: plain TCP to its address)
+   */
+  constructor(instance: SocksInstance, settings: AgentSettings, dial?: SocksDial) {
+    super(settings);
+    this.instance = instance;
+    this.#refuseBound = settings.refuseBound;
+    this.#dial = dial;
+  }
+
+  /** True when this instance is reached over plain TCP, so its connections can be owned. */
+  get ownable(): boolean {
+    return this.#dial === undefined || isTcpDial(this.#dial);
+  }
+
+  /** A SOCKS5 CONNECT over the instance's dial. */
+  protected open(target: Target, timeoutMs: number, signal?: AbortSignal): Promise<Duplex> {
+    const onBound = this.#onBound(target);
+    return socksConnect(this.instance, target, { timeoutMs, signal, onBound, dial: this.#dial });
+  }
+
+  /** The same SOCKS5 CONNECT on a `Deno.TcpConn`. */
+  protected async openOwned(
+    target: Target,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<{ conn: Deno.TcpConn; head: Uint8Array }> {
+    const onBound = this.#onBound(target);
+    const { conn, leftover } = await socksDialConn(this.instance, target, {
+      timeoutMs,
+      signal,
+      onBound,
+    });
+    return { conn, head: leftover };
+  }
+
+  /** Judges the address the instance connected from, for a tunnel to `target`. */
+  #onBound(target: Target): ((bound: string) => string | undefined) | undefined {
+    const refuseBound = this.#refuseBound;
+    return refuseBound && ((bound: string) => refuseBound(target.host, target.port, bound));
   }
 }
 

@@ -7,26 +7,9 @@
  *
  * @module
  */
-import http from "node:http";
 import net from "node:net";
 import type { Duplex } from "node:stream";
-import {
-  AGENT_OPTIONS,
-  type AgentSettings,
-  type Callback,
-  Connecting,
-  connectLimit,
-  EgressRefusal,
-  handshakeSignal,
-  LATER,
-  MAX_FREE_SOCKETS,
-  type OwnedDial,
-  ownedKey,
-  secured,
-  type Target,
-} from "./agents.ts";
-import { OwnedConn, OwnedConns } from "./owned_conns.ts";
-import { poolName } from "./upstream_tls.ts";
+import { type Target, WayAgent } from "./agents.ts";
 
 /** Why a direct connection failed, so it can be classified like a SOCKS failure. */
 export class DirectConnectError extends Error {
@@ -48,60 +31,21 @@ export class DirectConnectError extends Error {
 }
 
 /** Opens connections straight to `direct` targets (each one a granted `--allow-net` entry). */
-export class DirectAgent extends http.Agent {
-  /** Connects in flight. */
-  readonly connecting = new Connecting();
-  /** The connections the gateway reads itself (owned_conns.ts). */
-  readonly owned = new OwnedConns(MAX_FREE_SOCKETS);
+export class DirectAgent extends WayAgent {
   readonly ownable = true;
-  readonly #timeoutMs: number;
-  readonly #refuse?: AgentSettings["refuse"];
 
-  /** @param settings connect timeout and idle keep-alive time */
-  constructor(settings: AgentSettings) {
-    super(AGENT_OPTIONS);
-    this.#timeoutMs = settings.connectTimeoutMs;
-    this.#refuse = settings.refuse;
+  /** A TCP connection to the target. */
+  protected open(target: Target, timeoutMs: number, signal?: AbortSignal): Promise<Duplex> {
+    return connectDirect(target, { connectTimeoutMs: timeoutMs }, signal);
   }
 
-  /** The pool a connection belongs to: per destination, and per TLS identity (upstream_tls.ts). */
-  override getName(options?: http.ClientRequestArgs): string {
-    return poolName(super.getName(options), options ?? {});
-  }
-
-  /** Called by node for each new upstream connection. */
-  override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
-    const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
-    const refusal = this.#refuse?.(target.host, target.port);
-    if (refusal !== undefined) {
-      callback?.(new EgressRefusal(refusal), LATER);
-      return LATER;
-    }
-    const started = performance.now();
-    const timeoutMs = connectLimit(options, this.#timeoutMs);
-    const socket = connectDirect(target, { connectTimeoutMs: timeoutMs }, handshakeSignal(options));
-    const pending = secured(socket, options, { timeoutMs, started });
-    this.connecting.track(pending)
-      .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
-    return LATER;
-  }
-
-  /** Dials a connection the gateway reads itself, refused and bounded like node's. */
-  async dialOwned(
+  /** The same TCP connection as a `Deno.TcpConn`. */
+  protected async openOwned(
     target: Target,
-    limits: OwnedDial,
-  ): Promise<{ conn: OwnedConn; head: Uint8Array }> {
-    const refusal = this.#refuse?.(target.host, target.port);
-    if (refusal !== undefined) throw new EgressRefusal(refusal);
-    const timeoutMs = limits.timeoutMs ?? this.#timeoutMs;
-    const conn = await this.connecting.track(dialDirect(target, timeoutMs, limits.signal));
-    return { conn: new OwnedConn(conn, ownedKey(target)), head: new Uint8Array(0) };
-  }
-
-  /** Closes node's sockets and the owned connections. */
-  override destroy(): void {
-    this.owned.closeAll();
-    super.destroy();
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<{ conn: Deno.TcpConn; head: Uint8Array }> {
+    return { conn: await dialDirect(target, timeoutMs, signal), head: new Uint8Array(0) };
   }
 }
 

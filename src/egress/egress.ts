@@ -6,10 +6,9 @@
  *
  * @module
  */
-import type http from "node:http";
 import type { Backend } from "./destinations.ts";
 import type { Duplex } from "node:stream";
-import { type AgentSettings, EgressRefusal } from "./agents.ts";
+import { type AgentSettings, EgressRefusal, type WayAgent } from "./agents.ts";
 import { connectDirect, DirectAgent, DirectConnectError } from "./direct_agent.ts";
 import { PrivateAllowance, refuseInternal, refuseLoopbackTunnel } from "./destinations.ts";
 import { PoolView } from "./pool_view.ts";
@@ -61,10 +60,10 @@ export interface EgressOptions {
 
 /** One attempt's way out. */
 export type Way =
-  | { readonly kind: "direct"; readonly agent: http.Agent; readonly label: string }
+  | { readonly kind: "direct"; readonly agent: WayAgent; readonly label: string }
   | {
     readonly kind: "socks";
-    readonly agent: http.Agent;
+    readonly agent: WayAgent;
     readonly pick: Pick;
     readonly label: string;
   };

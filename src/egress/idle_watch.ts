@@ -17,7 +17,7 @@
  * @module
  */
 import type http from "node:http";
-import type { OwnedConns } from "./owned_conns.ts";
+import { WayAgent } from "./agents.ts";
 
 /** What the sweep reads from an upstream socket (node's `_httpMessage` is its request). */
 interface UpstreamSocket {
@@ -107,7 +107,7 @@ export class IdleWatch {
       idleLimit: (conn: object) => this.#announced.get(conn) ?? this.#socketIdleMs,
     };
     for (const agent of this.#agents()) {
-      (agent as { owned?: OwnedConns }).owned?.sweep(now, owned);
+      if (agent instanceof WayAgent) agent.owned.sweep(now, owned);
       for (const list of Object.values(agent.sockets)) {
         for (const socket of (list ?? []) as unknown as UpstreamSocket[]) {
           this.#freeSince.delete(socket);

@@ -18,7 +18,13 @@ import type { ProxyAction } from "./actions.ts";
 import type { ForwardContext } from "./hygiene.ts";
 import { forwardBody } from "./forward_body.ts";
 import { type StreamedBody, streamUpstream } from "../request/body_stream.ts";
-import { AttemptFailure, classify, tlsAlert } from "./attempt_failure.ts";
+import {
+  abortedFailure,
+  AttemptFailure,
+  classify,
+  firstByteFailure,
+  tlsAlert,
+} from "./attempt_failure.ts";
 
 /**
  * The upstream request, decided once before any attempt: the path and query it asks for (after the
@@ -154,6 +160,11 @@ class AttemptExchange {
     });
   }
 
+  /** What this attempt sent so far, for its failure. */
+  #progress(): { sentBytes: number; bodyTaken: boolean } {
+    return { sentBytes: this.#sentBytes(), bodyTaken: this.#bodyTaken };
+  }
+
   /** Request bytes (head and body) this attempt handed to its socket. */
   #sentBytes(): number {
     const socket = this.#socket;
@@ -186,18 +197,7 @@ class AttemptExchange {
     const limit = this.#forward.action.firstByteMs;
     if (limit === undefined || this.#settled) return;
     const timer = setTimeout(() => {
-      this.#done(
-        new AttemptFailure(
-          "upstream_timeout",
-          new Error(`No response head within first_byte_ms (${limit} ms)`),
-          {
-            instanceOk: true,
-            backendOk: false,
-            sentBytes: Math.max(1, this.#sentBytes()),
-            bodyTaken: this.#bodyTaken,
-          },
-        ),
-      );
+      this.#done(firstByteFailure(limit, this.#progress()));
     }, limit);
     const stop = () => clearTimeout(timer);
     this.#upstream.once("response", stop).once("upgrade", stop).once("close", stop);
@@ -215,23 +215,10 @@ class AttemptExchange {
     });
   }
 
-  /**
-   * The deadline passed or the client went: the attempt ends as a timeout. Only a deadline is a
-   * verdict on the way out; a client that left (or broke its body) says nothing about the instance
-   * or the backend, so neither is charged with it — clients walking away must not open a breaker.
-   */
+  /** The deadline passed or the client went (attempt_failure.ts `abortedFailure`). */
   #aborted(): void {
-    const connected = this.#connected();
     const client = this.#context.abortedBy === "client";
-    const why = client ? "the client went away" : "the deadline passed";
-    this.#done(
-      new AttemptFailure("upstream_timeout", new Error(`Aborted: ${why}`), {
-        instanceOk: client ? undefined : !connected,
-        backendOk: client || !connected ? undefined : false,
-        sentBytes: this.#sentBytes(),
-        bodyTaken: this.#bodyTaken,
-      }),
-    );
+    this.#done(abortedFailure(client, this.#connected(), this.#progress()));
   }
 
   /**

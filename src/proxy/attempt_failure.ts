@@ -133,6 +133,47 @@ export function tlsAlert(failure: AttemptFailure): AttemptFailure {
 }
 
 /**
+ * The route's `first_byte_ms` ran out before the response head: a timeout charged to the backend,
+ * and the request counted as sent (its head went out when the connection was ready).
+ */
+export function firstByteFailure(
+  limit: number,
+  done: { sentBytes: number; bodyTaken: boolean },
+): AttemptFailure {
+  return new AttemptFailure(
+    "upstream_timeout",
+    new Error(`No response head within first_byte_ms (${limit} ms)`),
+    {
+      instanceOk: true,
+      backendOk: false,
+      sentBytes: Math.max(1, done.sentBytes),
+      bodyTaken: done.bodyTaken,
+    },
+  );
+}
+
+/**
+ * The deadline passed or the client went: the attempt ends as a timeout. Only a deadline is a
+ * verdict on the way out; a client that left (or broke its body) says nothing about the instance
+ * or the backend, so neither is charged with it — clients walking away must not open a breaker.
+ *
+ * @param connected whether the connection to the destination was made
+ */
+export function abortedFailure(
+  client: boolean,
+  connected: boolean,
+  done: { sentBytes: number; bodyTaken: boolean },
+): AttemptFailure {
+  const why = client ? "the client went away" : "the deadline passed";
+  return new AttemptFailure("upstream_timeout", new Error(`Aborted: ${why}`), {
+    instanceOk: client ? undefined : !connected,
+    backendOk: client || !connected ? undefined : false,
+    sentBytes: done.sentBytes,
+    bodyTaken: done.bodyTaken,
+  });
+}
+
+/**
  * A missing `--allow-net` grant, or a destination the egress refuses: retrying on another
  * instance cannot help.
  */

@@ -9,8 +9,7 @@
  *
  * @module
  */
-import { type OwnedDial, ownedKey, type Target } from "../egress/agents.ts";
-import type { Backend } from "../egress/destinations.ts";
+import { ownedKey } from "../egress/agents.ts";
 import { BodyDecoder } from "../egress/h1_body.ts";
 import {
   parseResponseHead,
@@ -21,15 +20,8 @@ import type { OwnedConn, OwnedConns } from "../egress/owned_conns.ts";
 import { giveBuffer, takeBuffer } from "../egress/owned_conns.ts";
 import type { RequestContext } from "../request/context.ts";
 import type { Answer, Attempt, Forward } from "./attempt.ts";
-import { AttemptFailure, classify } from "./attempt_failure.ts";
+import { abortedFailure, AttemptFailure, classify, firstByteFailure } from "./attempt_failure.ts";
 import { streamOwned } from "./owned_body.ts";
-
-/** What an agent offers for owned connections (agents.ts, direct_agent.ts). */
-export interface OwningAgent {
-  readonly ownable: boolean;
-  readonly owned: OwnedConns;
-  dialOwned(target: Target, limits: OwnedDial): Promise<{ conn: OwnedConn; head: Uint8Array }>;
-}
 
 /**
  * True when this attempt can run on an owned connection.
@@ -45,7 +37,7 @@ export function canOwn(
   if (!enabled || forward.hasBody || context.upgrade || attempt.backend.tls !== undefined) {
     return false;
   }
-  return (attempt.way.agent as unknown as Partial<OwningAgent>).ownable === true;
+  return attempt.way.agent.ownable;
 }
 
 /** Sends one attempt on an owned connection; resolves once the final response head arrived. */
@@ -55,7 +47,7 @@ export async function sendOwnedAttempt(
   attempt: Attempt,
   clock: () => number,
 ): Promise<Answer> {
-  const agent = attempt.way.agent as unknown as OwningAgent;
+  const agent = attempt.way.agent;
   const target = { host: attempt.backend.hostname, port: attempt.backend.port };
   const stop = new AbortController();
   let conn: OwnedConn | undefined;
@@ -84,16 +76,15 @@ export async function sendOwnedAttempt(
     before = conn.bytesWritten;
     await conn.write(head);
     const got = await readHead(conn, buffer, end, context.head.method);
-    firstByte.clear();
     return answerOf(got, { conn, pool: agent.owned, buffer, clock });
   } catch (error) {
-    firstByte.clear();
     if (conn) agent.owned.release(conn, false);
     giveBuffer(buffer);
     // Counted by what the socket took, so a head cut off midway is never "nothing sent".
     const sent = conn ? conn.bytesWritten - before : 0;
-    throw failureOf(error, { context, backend: attempt.backend, conn, sent, stop, firstByte });
+    throw failureOf(error, { context, conn, sent, stop, firstByte });
   } finally {
+    firstByte.clear();
     stopWaiting();
     stop.signal.removeEventListener("abort", onStop);
   }
@@ -221,7 +212,6 @@ function failureOf(
   error: unknown,
   at: {
     context: RequestContext;
-    backend: Backend;
     conn: OwnedConn | undefined;
     sent: number;
     stop: AbortController;
@@ -230,24 +220,10 @@ function failureOf(
 ): AttemptFailure {
   const { context, conn, sent, firstByte } = at;
   const connected = conn !== undefined;
-  if (firstByte.fired) {
-    const cause = new Error(`No response head within first_byte_ms (${firstByte.limit} ms)`);
-    return new AttemptFailure("upstream_timeout", cause, {
-      instanceOk: true,
-      backendOk: false,
-      sentBytes: Math.max(1, sent),
-      bodyTaken: false,
-    });
-  }
+  const done = { sentBytes: sent, bodyTaken: false };
+  if (firstByte.fired) return firstByteFailure(firstByte.limit!, done);
   if (at.stop.signal.aborted) {
-    const client = context.abortedBy === "client";
-    const why = client ? "the client went away" : "the deadline passed";
-    return new AttemptFailure("upstream_timeout", new Error(`Aborted: ${why}`), {
-      instanceOk: client ? undefined : !connected,
-      backendOk: client || !connected ? undefined : false,
-      sentBytes: sent,
-      bodyTaken: false,
-    });
+    return abortedFailure(context.abortedBy === "client", connected, done);
   }
   if (error instanceof ResponseFramingError) {
     // The way out carried the bytes; the backend's answer broke HTTP/1.1.

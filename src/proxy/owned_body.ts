@@ -16,7 +16,7 @@
 import http from "node:http";
 import type { BodyDecoder } from "../egress/h1_body.ts";
 import { giveBuffer, type OwnedConn, type OwnedConns, takeBuffer } from "../egress/owned_conns.ts";
-import type { StreamedBody } from "../request/body_stream.ts";
+import { settleOnce, type StreamedBody } from "../request/body_stream.ts";
 import { relayed } from "../request/relay_memory.ts";
 
 /** What a body stream needs: its connection, the bytes already read, and how it is framed. */
@@ -43,12 +43,7 @@ type Target = Parameters<StreamedBody["pipeTo"]>[0];
  *   when the upstream broke it off
  */
 export function streamOwned(source: OwnedBodySource, settle: (ok: boolean) => void): StreamedBody {
-  let settled = false;
-  const finish = (ok: boolean) => {
-    if (settled) return;
-    settled = true;
-    settle(ok);
-  };
+  const finish = settleOnce(settle);
   return {
     pipeTo(target) {
       relay(source, target).then(finish);

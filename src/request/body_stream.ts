@@ -34,12 +34,7 @@ export function streamUpstream(
   source: http.IncomingMessage,
   settle: (ok: boolean) => void,
 ): StreamedBody {
-  let done = false;
-  const finish = (ok: boolean) => {
-    if (done) return;
-    done = true;
-    settle(ok);
-  };
+  const finish = settleOnce(settle);
   return {
     pipeTo(target) {
       // One listener for both outcomes: "close" follows "end" on a delivered body.
@@ -63,5 +58,19 @@ export function streamUpstream(
       source.destroy();
       finish(true);
     },
+  };
+}
+
+/**
+ * `settle`, called at most once whatever calls it later: a body's outcome is told once.
+ *
+ * @internal
+ */
+export function settleOnce(settle: (ok: boolean) => void): (ok: boolean) => void {
+  let done = false;
+  return (ok) => {
+    if (done) return;
+    done = true;
+    settle(ok);
   };
 }
