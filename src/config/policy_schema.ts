@@ -147,6 +147,17 @@ const TtlBlock = v.strictObject({
   store: v.optional(BlockStore),
 });
 
+/**
+ * What the per-client policies (rate limit, TTL block, blocklist counts) count a client by: the
+ * network of its address, so one subscriber's many IPv6 addresses share one budget.
+ */
+const ClientKey = v.strictObject({
+  /** Bits of an IPv4 address kept: 32 counts each address, 24 each /24. */
+  ipv4_prefix: v.optional(wholeNumber(8, 32, "a prefix length"), 32),
+  /** Bits of an IPv6 address kept: 64 counts each /64, 128 each address. */
+  ipv6_prefix: v.optional(wholeNumber(32, 128, "a prefix length"), 64),
+});
+
 const SecurityHeaders = v.strictObject({
   mode: Mode,
   hsts: v.optional(v.union([v.literal(false), Text]), "max-age=31536000; includeSubDomains"),
@@ -168,6 +179,7 @@ export const PoliciesSchema: v.GenericSchema<unknown, PoliciesDocument> = v.stri
   blocklist: v.optional(Blocklist),
   ttl_block: v.optional(TtlBlock),
   security_headers: v.optional(SecurityHeaders),
+  client_key: v.optional(ClientKey),
 });
 
 /** `globals.yaml` in the tenants folder: policy defaults for every tenant. */
@@ -303,6 +315,14 @@ export interface SecurityHeadersPolicy {
   remove: string[];
 }
 
+/** `policies.client_key`: the prefix lengths a client address is counted by. */
+export interface ClientKeyPolicy {
+  /** Bits of an IPv4 address kept (8–32): 32 counts each address. */
+  ipv4_prefix: number;
+  /** Bits of an IPv6 address kept (32–128): 64 counts each /64. */
+  ipv6_prefix: number;
+}
+
 /** A policies block as validated: each policy absent when the file does not set it. */
 export interface PoliciesDocument {
   /** A token bucket per client. */
@@ -317,6 +337,8 @@ export interface PoliciesDocument {
   ttl_block?: TtlBlockPolicy;
   /** Response headers. */
   security_headers?: SecurityHeadersPolicy;
+  /** What the per-client policies count a client by (IPv4 /32, IPv6 /64 when absent). */
+  client_key?: ClientKeyPolicy;
 }
 /** The globals file as validated. */
 export type GlobalsDocument = v.InferOutput<typeof GlobalsSchema>;

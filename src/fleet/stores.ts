@@ -2,12 +2,15 @@
  * An edge's fleet stores as its policies use them ({@link FleetPolicies}): the per-client rate
  * limit decided on the store for every edge at once, and TTL blocks published to every edge.
  *
- * - **Keys** are salted hashes: `HMAC-SHA256(observe.salt_file, tenant ␊ client)`, 16 bytes in
- *   base64url, under the policy's `key_prefix` — `r:` buckets, `b:` blocks, both after a tag of
+ * - **Keys** are salted hashes: `HMAC-SHA256(observe.salt_file, tenant ␊ client key)`, 16 bytes
+ *   in base64url, under the policy's `key_prefix` — `r:` buckets, `b:` blocks, both after a tag of
  *   the tenant (the salted hash of its host), so no host or address is ever written to the store.
- *   Every edge of a fleet uses the same salt, so they all name a client alike. The edge's own
- *   table key of a client is the hash's first 8 bytes: a block received by hash lands on the
- *   entry this edge's requests look up.
+ *   The client key is the policies' (`client_key.ts`): the address's network in canonical text
+ *   (`2001:db8:1:2::/64`; an IPv4 address by default bare, as before prefixes), so every edge
+ *   with the same salt and the same `policies.client_key` names a client's network alike, and
+ *   one /64 is one bucket and one block fleet-wide. The edge's own table key of a client is the
+ *   hash's first 8 bytes: a block received by hash lands on the entry this edge's requests look
+ *   up.
  * - **Decisions** are one script call each (`gcra_script.ts`). While the store is down — or when
  *   it is late past `timeout_ms`, or fails — the decision is made on the edge's own shared table
  *   instead, and counted as a fallback (`/v1/health`, `/metrics`). Every answer moves that table's
@@ -64,7 +67,7 @@ export class FleetStores implements FleetPolicies {
   /** `url prefix` pairs listened to (or to listen to once started). */
   readonly #channels = new Set<string>();
   readonly #tags = new Map<string, string>();
-  /** `scope ␊ client` → its salted hash (an HMAC is ~15 µs here; a lookup, well under one). */
+  /** `scope ␊ client key` → its salted hash (an HMAC is ~15 µs here; a lookup, well under one). */
   readonly #digests = new Map<string, Buffer>();
   readonly #salt: Uint8Array;
   #start?: FleetStart;
@@ -163,7 +166,7 @@ export class FleetStores implements FleetPolicies {
     return this.#links.get(url);
   }
 
-  /** The salted hash naming `client` of `scope` in the store (16 bytes, base64url). */
+  /** The salted hash naming client key `client` of `scope` in the store (16 bytes, base64url). */
   digest(scope: string, client: string): string {
     return this.#clientHash(scope, client).subarray(0, 16).toString("base64url");
   }
@@ -192,7 +195,7 @@ export class FleetStores implements FleetPolicies {
     return tag;
   }
 
-  /** This edge's table key of `client` of `scope`: the first 8 bytes of its store hash. */
+  /** This edge's table key of client key `client` of `scope`: its store hash's first 8 bytes. */
   localKey(scope: string, client: string): bigint {
     return keyOfDigest(this.#clientHash(scope, client));
   }

@@ -3,7 +3,9 @@
  * first rule that matches decides the action. It runs after the rate limit (a client flooding
  * matching paths spends its budget first) and before the WAF (a known probe is refused without
  * decoding it). A client that matches `block_after` times within the window goes on the TTL list
- * too, so its next request is refused by one map lookup whatever it asks for.
+ * too, so its next request is refused by one map lookup whatever it asks for. Matches are counted
+ * by the TTL list's client key (`client_key.ts`), the one the block is written under: the
+ * addresses of one /64 count together, as they are then blocked together.
  *
  * @module
  */
@@ -60,9 +62,11 @@ export class BlocklistCheck implements PolicyCheck {
   check(request: PolicyRequest): Refusal | undefined {
     const rule = firstMatch(this.rules, request);
     if (!rule) return undefined;
-    if (this.blockAfter > 0 && this.#ttl && this.mode === "on") {
-      if (this.matches.count(request.client(), request.now) >= this.blockAfter) {
-        this.#ttl.block(request.client(), request.now);
+    const ttl = this.#ttl;
+    if (this.blockAfter > 0 && ttl && this.mode === "on") {
+      const client = ttl.keys.of(request.client());
+      if (this.matches.count(client, request.now) >= this.blockAfter) {
+        ttl.block(client, request.now);
       }
     }
     const reply = blockReply(rule.action, request.context.requestId);

@@ -12,6 +12,7 @@
 import type { PoliciesDocument } from "../config/policy_schema.ts";
 import { BlocklistCheck } from "./blocklist.ts";
 import { CapsCheck } from "./caps.ts";
+import { clientKeyRule, ClientKeys } from "./client_key.ts";
 import type { ActivePolicy, PolicyCheck, PolicyMode } from "./policy_check.ts";
 import { GLOBAL_SCOPE, type PolicyContext } from "./policy_context.ts";
 import { PolicyTables } from "./policy_tables.ts";
@@ -73,6 +74,8 @@ export function compilePolicies(
   context: PolicyContext = { scope: GLOBAL_SCOPE, tables: new PolicyTables() },
 ): TenantPolicies {
   const pick = <K extends keyof PoliciesDocument>(name: K) => tenant?.[name] ?? globals[name];
+  // One client-key rule for every per-client check of the tenant: a block lands where it counted.
+  context = { ...context, clientKeys: new ClientKeys(clientKeyRule(pick("client_key"))) };
   const active = <T extends { mode: "on" | "off" | "dry_run" }>(policy: T | undefined) =>
     policy && policy.mode !== "off" ? policy as T & { mode: PolicyMode } : undefined;
 

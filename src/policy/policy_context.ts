@@ -1,10 +1,15 @@
 /**
  * What compiling a tenant's policies needs beyond its config: which tenant it is (the scope of its
- * tables and store keys), the edge's shared tables, and — on an edge with fleet stores — the link
- * to them. Kept apart from the checks so a policy module names the contract, not the store.
+ * tables and store keys), the edge's shared tables, how a client address becomes its client key,
+ * and — on an edge with fleet stores — the link to them. Kept apart from the checks so a policy
+ * module names the contract, not the store.
+ *
+ * Every `client` below is a client key (`client_key.ts`: the address's network, e.g.
+ * `2001:db8:1:2::/64`), never a raw address: the edge's tables and the store count the same thing.
  *
  * @module
  */
+import type { ClientKeys } from "./client_key.ts";
 import type { ClientTable, GcraRate } from "./client_table.ts";
 import type { ActivePolicy } from "./policy_check.ts";
 import type { PolicyTables } from "./policy_tables.ts";
@@ -18,6 +23,11 @@ export interface PolicyContext {
   /** The tenant's host, or {@link GLOBAL_SCOPE}. */
   readonly scope: string;
   readonly tables: PolicyTables;
+  /**
+   * How the tenant's client addresses become client keys (`policies.client_key`); the default
+   * rule (IPv4 /32, IPv6 /64) when absent. `compilePolicies` sets it for every check of a tenant.
+   */
+  readonly clientKeys?: ClientKeys;
   /** The edge's fleet stores; absent where none is configured (and on the hub). */
   readonly fleet?: FleetPolicies;
 }
@@ -50,7 +60,7 @@ export interface RemoteAnswer {
 export interface RemoteRate {
   /** The names of the shared tables it uses besides the limiter's own (the pre-check's). */
   readonly tables: readonly string[];
-  /** The table key of a client: derived from its store key, so blocks can be shared by key. */
+  /** The table key of a client key: derived from its store key, so blocks can be shared by key. */
   readonly key: (client: string) => bigint;
   /** The local pre-check's refusal, when it has one (no store round trip then). */
   precheck(client: string, nowMs: number): RateDecision | undefined;
@@ -68,7 +78,7 @@ export interface RemoteRate {
 
 /** One tenant's TTL blocklist on a fleet store. */
 export interface RemoteBlocks {
-  /** The table key of a client, as every edge derives it. */
+  /** The table key of a client key, as every edge derives it. */
   readonly key: (client: string) => bigint;
   /** Tells the store, and through it every edge, that `client` is blocked for `ttlMs`. */
   publish(client: string, ttlMs: number): void;

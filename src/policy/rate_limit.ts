@@ -1,11 +1,13 @@
 /**
- * The per-client rate limit: a token bucket per (tenant, effective client address), kept as one
- * number per client — the theoretical arrival time of its next conforming request (GCRA) — in the
- * tenant's shared {@link ClientTable} (`max_clients` entries, least recently seen evicted first
- * and counted), so every request worker of the edge spends from one bucket. With a fleet store
- * (`store.redis`) the decision is the store's, made atomically on the server for every edge at
- * once (`fleet_store.ts`), and the table is the fallback while the store is slow or down; an
- * optional pre-check refuses a flooding client locally before it costs a round trip.
+ * The per-client rate limit: a token bucket per (tenant, client key) — the effective client
+ * address's network (`client_key.ts`: IPv6 /64, IPv4 /32 by default), so a client rotating
+ * through the addresses of its /64 spends from one bucket. Each bucket is kept as one number —
+ * the theoretical arrival time of its next conforming request (GCRA) — in the tenant's shared
+ * {@link ClientTable} (`max_clients` entries, least recently seen evicted first and counted), so
+ * every request worker of the edge spends from one bucket. With a fleet store (`store.redis`) the
+ * decision is the store's, made atomically on the server for every edge at once
+ * (`fleet_store.ts`), and the table is the fallback while the store is slow or down; an optional
+ * pre-check refuses a flooding client locally before it costs a round trip.
  *
  * While on, every reply carries the limit's state — denied or not — in the IETF `RateLimit-*`
  * fields (draft-ietf-httpapi-ratelimit-headers) and the older `X-RateLimit-*` spelling, whose
@@ -15,6 +17,7 @@
  * @module
  */
 import { failureReply } from "../request/errors.ts";
+import { ClientKeys } from "./client_key.ts";
 import type { ClientTable, GcraRate } from "./client_table.ts";
 import type {
   ActivePolicy,
@@ -86,7 +89,7 @@ export function rateDecision(
   };
 }
 
-/** One tenant's buckets in a shared table (the rate limit without a fleet store). */
+/** One tenant's buckets in a shared table (the rate limit without a fleet store), by client key. */
 export class ClientRateLimiter {
   readonly rate: GcraRate;
   /** The shared table the buckets are in. */
@@ -94,7 +97,8 @@ export class ClientRateLimiter {
   readonly #key: (client: string) => bigint;
 
   /**
-   * @param options tokens per second, bucket size, the table and how a client becomes its key
+   * @param options tokens per second, bucket size, the table and how a client key becomes its
+   *   table key
    */
   constructor(options: {
     perSecond: number;
@@ -142,6 +146,8 @@ export class RateLimitCheck implements PolicyCheck {
   readonly tableNames: readonly string[];
   /** Denials in a row after which the client goes on the TTL list (0: never). */
   readonly blockAfter: number;
+  /** How a client address becomes the key its bucket (and any block it earns) is kept under. */
+  readonly keys: ClientKeys;
   readonly #ttl: TtlBlocklist | undefined;
   readonly #remote: RemoteRate | undefined;
 
@@ -166,6 +172,7 @@ export class RateLimitCheck implements PolicyCheck {
       key: this.#remote?.key ?? ((client) => context.tables.key(client)),
     });
     this.blockAfter = policy.block_after;
+    this.keys = context.clientKeys ?? new ClientKeys();
     this.#ttl = ttl;
   }
 
@@ -179,19 +186,25 @@ export class RateLimitCheck implements PolicyCheck {
     trail: PolicyTrail,
   ): Refusal | undefined | Promise<Refusal | undefined> {
     const remote = this.#remote;
-    if (!remote) return this.#conclude(request, trail, this.#local(request));
-    const refused = remote.precheck(request.client(), request.now);
+    const client = this.keys.of(request.client());
+    if (!remote) return this.#conclude(request, trail, this.#local(client, request));
+    const refused = remote.precheck(client, request.now);
     if (refused) return this.#conclude(request, trail, refused);
     const local = { table: this.limiter.table, nowMs: request.now };
-    const pending = remote.take(request.client(), this.limiter.rate, local);
-    if (!pending) return this.#conclude(request, trail, this.#local(request));
+    const pending = remote.take(client, this.limiter.rate, local);
+    if (!pending) return this.#conclude(request, trail, this.#local(client, request));
     return pending.then((answer) =>
-      this.#conclude(request, trail, answer ? this.#fromStore(answer) : this.#local(request))
+      this.#conclude(
+        request,
+        trail,
+        answer ? this.#fromStore(answer) : this.#local(client, request),
+      )
     );
   }
 
-  #local(request: PolicyRequest): RateDecision {
-    return this.limiter.take(request.client(), request.now);
+  /** The decision of the edge's own table for the client key `client`. */
+  #local(client: string, request: PolicyRequest): RateDecision {
+    return this.limiter.take(client, request.now);
   }
 
   #fromStore(answer: RemoteAnswer): RateDecision {
@@ -209,7 +222,7 @@ export class RateLimitCheck implements PolicyCheck {
       this.blockAfter > 0 && this.#ttl && this.mode === "on" &&
       decision.denialsInARow >= this.blockAfter
     ) {
-      this.#ttl.block(request.client(), request.now);
+      this.#ttl.block(this.#ttl.keys.of(request.client()), request.now);
     }
     const headers = { "retry-after": String(decision.retryAfterS) };
     return {

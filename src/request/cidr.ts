@@ -149,6 +149,36 @@ export function canonicalAddress(text: string): string | undefined {
   return words.length === 1 ? formatIPv4(words[0]) : formatIPv6(words);
 }
 
+/**
+ * The network of `ipv4Prefix` or `ipv6Prefix` bits an address lies in, as one text whatever the
+ * address's spelling: canonical like {@link canonicalAddress} (an IPv4-mapped IPv6 address is its
+ * IPv4 address and takes the IPv4 prefix), host bits cleared, and `/prefix` after it unless the
+ * prefix is the whole address; `undefined` when it is not an address. Prefixes are not checked
+ * here (the config schema bounds them).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { networkOf } from "./cidr.ts";
+ * assert.equal(networkOf("[2001:DB8:0:0:1:2:3:4%eth0]", 32, 64), "2001:db8::/64");
+ * assert.equal(networkOf("::ffff:203.0.113.77", 24, 64), "203.0.113.0/24");
+ * assert.equal(networkOf("203.0.113.77", 32, 64), "203.0.113.77");
+ * ```
+ */
+export function networkOf(
+  text: string,
+  ipv4Prefix: number,
+  ipv6Prefix: number,
+): string | undefined {
+  const words = parseAddress(text);
+  if (words === undefined) return undefined;
+  const v4 = words.length === 1;
+  const prefix = v4 ? ipv4Prefix : ipv6Prefix;
+  const network = words.map((word, index) => (word & maskWord(prefix, index)) >>> 0);
+  const address = v4 ? formatIPv4(network[0]) : formatIPv6(network);
+  return prefix === (v4 ? 32 : 128) ? address : `${address}/${prefix}`;
+}
+
 /** True when the words fall inside one of the ranges (all of the words' family). */
 function inside(words: Words, ranges: readonly Cidr[]): boolean {
   outer: for (const range of ranges) {
