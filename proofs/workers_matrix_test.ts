@@ -17,9 +17,13 @@ const HERE = new URL("./", import.meta.url).pathname;
 
 /**
  * Proofs whose gateways do not depend on `PORTCULLIS_TEST_WORKERS`, so a second run would prove
- * nothing new: proof 15 sets `workers: 2` on every edge itself.
+ * nothing new: proof 15 sets `workers: 2` on every edge itself, proof 16 runs `workers: 1`, `2` and
+ * `shared_event_loop` itself.
  */
-const SAME_EITHER_WAY: ReadonlySet<string> = new Set(["p15_fleet_budget_test.ts"]);
+const SAME_EITHER_WAY: ReadonlySet<string> = new Set([
+  "p15_fleet_budget_test.ts",
+  "p16_no_socket_without_owner_test.ts",
+]);
 
 /** The whole child run's bound: far above its usual 2–3 minutes on 2 busy cores. */
 const LIMIT_MS = 420_000;

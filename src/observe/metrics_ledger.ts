@@ -114,5 +114,10 @@ export function responseFamilies(stats: ResponseStats): Family[] {
       "Pipelined requests dropped unserved because their client closed the connection.",
       byLane((l) => read(l).abandoned),
     ),
+    counter(
+      "connection_errors_total",
+      "Connections the transport owned (upgrade, tunnel, raw reply) that ended on a socket error such as a reset; each ended alone.",
+      byLane((l) => read(l).connection_errors),
+    ),
   ];
 }

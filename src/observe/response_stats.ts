@@ -1,7 +1,8 @@
 /**
  * Response counters per lane: withheld responses (dropped or held connections), protocol errors
  * answered before a request was parsed, replies cut off because the client did not take them (or a
- * tunnel idled out), and pipelined requests dropped unserved because their client left. Fixed
+ * tunnel idled out), pipelined requests dropped unserved because their client left, and owned
+ * connections that ended on a socket error (a client's reset: that connection alone ends). Fixed
  * size; no per-request records. Requests by status class are counted once, per request, in
  * `request_metrics.ts` (`portcullis_requests_total`).
  *
@@ -16,7 +17,8 @@ export type CutReason = typeof CUT_REASONS[number];
 const WITHHELD = 0;
 const PROTOCOL = 1;
 const ABANDONED = 2;
-const CUT = 3;
+const CONNECTION_ERROR = 3;
+const CUT = 4;
 const STRIDE = CUT + CUT_REASONS.length;
 const STRIPE_LENGTH = LANE_NAMES.length * STRIDE;
 const STRIPE_BYTES = STRIPE_LENGTH * 8;
@@ -72,11 +74,20 @@ export class ResponseStats {
     this.#counts[laneIndex(lane) * STRIDE + ABANDONED] += count;
   }
 
+  /**
+   * Counts a connection the transport owned (an upgrade socket, a tunnel, a raw reply's socket)
+   * that ended on a socket error — a reset, a broken pipe — which ended that connection alone.
+   */
+  connectionError(lane: LaneName): void {
+    this.#counts[laneIndex(lane) * STRIDE + CONNECTION_ERROR]++;
+  }
+
   /** Reads one lane's counters. */
   read(lane: LaneName): {
     withheld: number;
     protocol_errors: number;
     abandoned: number;
+    connection_errors: number;
     cut: Record<CutReason, number>;
   } {
     const base = laneIndex(lane) * STRIDE;
@@ -93,6 +104,7 @@ export class ResponseStats {
       withheld: sum(WITHHELD),
       protocol_errors: sum(PROTOCOL),
       abandoned: sum(ABANDONED),
+      connection_errors: sum(CONNECTION_ERROR),
       cut,
     };
   }

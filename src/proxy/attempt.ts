@@ -151,6 +151,11 @@ class AttemptExchange {
     upstream.once("response", (response) => this.#done(null, nodeAnswer(response)));
     if (this.#context.upgrade) {
       upstream.once("upgrade", (response, socket: Duplex, head: Uint8Array) => {
+        // node's client dropped its own error listener before "upgrade" (an upstream's reset
+        // would end the isolate): owned at once, an error ends this tunnel alone.
+        socket.on("error", function upstreamTunnelError() {
+          socket.destroy();
+        });
         this.#done(null, nodeAnswer(response, { socket, head }));
       });
     }

@@ -16,7 +16,7 @@ import type { Reservation } from "../ledger/reservation.ts";
 import type { ResponseStats } from "../observe/response_stats.ts";
 import type { Reply } from "../request/reply.ts";
 import { ConnectionState } from "./connection_state.ts";
-import { writeRawReply } from "./raw_reply.ts";
+import { lingerThenClose, writeRawReply } from "./raw_reply.ts";
 import { type ReplyChannel, responseChannel, socketChannel } from "./reply_channel.ts";
 import { writeReply } from "./write.ts";
 
@@ -147,6 +147,7 @@ export class SocketArrival implements Arrival {
 
   refuse(reply: Reply, extra: Record<string, string>): void {
     writeRawReply(this.#socket, reply, extra, () => {});
+    lingerThenClose(this.#socket);
   }
 
   open(ticket: Reservation, cut: (reason: CutReason) => void): ReplyChannel {

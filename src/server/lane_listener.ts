@@ -15,6 +15,9 @@
  *   or policy sees), so such a request is served as plain HTTP/1.1 — or refused when it has a body,
  *   which the parser left unread on the socket.
  * - A reply the client does not take is cut off (delivery_watch.ts); a quiet tunnel is closed.
+ * - An upgrade's socket is owned in the tick node hands it over (socket_owner.ts): an error on it
+ *   ends that connection alone; closing the listener closes it. `CONNECT` is never taken over:
+ *   node destroys its socket unread.
  *
  * The head timeout, idle timeout and header-size cap are the HTTP server's (http_server.ts).
  *
@@ -42,6 +45,7 @@ import { createHttpServer, type LaneHttpServer, type TlsServing } from "./http_s
 import { ParseGate, preferListeners } from "./parse_gate.ts";
 import { writeRawReply } from "./raw_reply.ts";
 import type { ReplyChannel } from "./reply_channel.ts";
+import { TakenSockets } from "./socket_owner.ts";
 
 /** Server-level limits, from the bootstrap config. */
 export interface ServerLimits {
@@ -95,16 +99,25 @@ class LaneListener implements ListenerSide {
   /** Admitted requests with a body still arriving: how to end each if its body turns out broken. */
   readonly #bodyBreakers = new WeakMap<object, () => void>();
   readonly #deliveries: DeliveryWatch;
+  /** Upgrade sockets: node no longer tracks them, so they are closed with the listener here. */
+  readonly #taken = new TakenSockets(() => this.stats.connectionError(this.lane));
 
   constructor(options: LaneListenerOptions) {
     this.#options = options;
     this.#deliveries = new DeliveryWatch(options.limits);
-    this.http = createHttpServer(
+    const http = createHttpServer(
       options.limits,
       options.tls,
       (request, response) => this.#request(request, response),
       (socket) => this.#refuseMalformed(requestTimeout(), socket),
     );
+    this.http = {
+      ...http,
+      closeAll: () => {
+        http.closeAll();
+        this.#taken.closeAll();
+      },
+    };
     const server = this.http.server;
     if (options.upgrades) {
       server.on("upgrade", (request, socket: Duplex, head: Uint8Array) => {
@@ -166,6 +179,8 @@ class LaneListener implements ListenerSide {
 
   /** An `Upgrade` request: h2c is served as HTTP/1.1 (or refused with a body); others tunnel. */
   #upgrade(request: http.IncomingMessage, socket: Duplex, head: Uint8Array): void {
+    // node took its own error listener off this socket: owned before anything else happens.
+    this.#taken.take(socket);
     const h2c = offersH2c(request.headers.upgrade);
     const arrival = new SocketArrival(this, request, socket, h2c ? undefined : head);
     if (h2c && announcesBody(request.headers)) {

@@ -3,11 +3,17 @@
  * 431 before any request existed) and for `Upgrade` requests, whose socket belongs to the gateway
  * from the start. A `tunnel` reply (101) splices the client and upstream sockets until either ends.
  *
+ * Every socket written here has an owner (socket_owner.ts) before the first byte: a client that
+ * resets while its reply is written ends its own connection, never the isolate. A tunnel whose
+ * upstream side ended before the splice (an error the attempt's owner answered by destroying it)
+ * closes the client side at once rather than holding it open with nothing behind it.
+ *
  * @module
  */
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Reply } from "../request/reply.ts";
+import { ownSocket } from "./socket_owner.ts";
 
 /** Serialises a status line and headers (names and values as given). */
 export function renderHead(
@@ -43,6 +49,8 @@ export function writeRawReply(
   onDone: (ok: boolean) => void,
   tunnel?: { readonly tunnelIdleMs?: number; readonly idle: () => void },
 ): void {
+  // Already owned when the listener took it over; owned here for any other writer.
+  ownSocket(socket);
   if (reply.tunnel) {
     const headers = [...(reply.rawHeaders ?? [])];
     socket.write(renderHead(101, headers));
@@ -70,6 +78,27 @@ export function writeRawReply(
 }
 
 /**
+ * How long a connection closed after its reply may wait for the client's own end once the reply
+ * was written in full (nginx's `lingering_timeout` is 5 s too).
+ */
+export const LINGER_MS = 5000;
+
+/**
+ * Ends an `Upgrade` socket answered with a closing reply (not a tunnel): what the client still
+ * sends is read and dropped, and a client that neither closes nor resets is closed
+ * {@link LINGER_MS} after its reply went out. node hands an upgrade socket over not flowing, so a
+ * request body nobody reads hid the client's FIN (or reset) for ever: the connection stayed open,
+ * counted against the lane's ceiling.
+ */
+export function lingerThenClose(socket: Duplex): void {
+  socket.resume();
+  socket.once("finish", () => {
+    const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+    socket.once("close", () => clearTimeout(timer));
+  });
+}
+
+/**
  * Pipes two sockets into each other until either side closes; then closes both. With an idle
  * limit, a tunnel that carries no byte either way for that long is closed too (one timer per
  * tunnel, re-armed lazily: traffic only moves a timestamp).
@@ -89,6 +118,8 @@ function splice(
     side.once("close", closeBoth);
     side.on("error", closeBoth);
   }
+  // A side already destroyed may have closed before these listeners: nothing would end the other.
+  if (client.destroyed || upstream.destroyed) return closeBoth();
   const idleMs = limits?.tunnelIdleMs;
   if (idleMs !== undefined) {
     let last = performance.now();

@@ -10,7 +10,7 @@ import type { Duplex } from "node:stream";
 import type { Reservation } from "../ledger/reservation.ts";
 import { ConnectionState } from "./connection_state.ts";
 import type { SendingSocket } from "./delivery_watch.ts";
-import { writeRawReply } from "./raw_reply.ts";
+import { lingerThenClose, writeRawReply } from "./raw_reply.ts";
 import type { Reply } from "../request/reply.ts";
 import { writeReply } from "./write.ts";
 
@@ -153,6 +153,7 @@ export function socketChannel(
       writeRawReply(socket, reply, extra, (ok) => {
         delivered = ok;
       }, limits);
+      if (!reply.tunnel) lingerThenClose(socket);
       onSent?.(channel);
     },
     destroy() {

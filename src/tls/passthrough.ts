@@ -17,6 +17,10 @@
  *
  * Logs never name the SNI or the client address: both can be secret.
  *
+ * Neither socket is ever without an `error` listener: the client's is attached in the tick it is
+ * accepted, the backend stream's in the tick its connect settles (a SOCKS connect hands its socket
+ * over with none), so a reset on either side ends this connection alone, never the isolate.
+ *
  * @module
  */
 import type { Socket } from "node:net";
@@ -191,6 +195,8 @@ async function connectFirst(
     if (client.destroyed) return undefined;
     try {
       const stream = await options.connect(backend);
+      // Owned until the splice listens: an error meanwhile only closes it.
+      stream.on("error", ignoreError);
       if (!client.destroyed && !stream.destroyed) return stream;
       stream.destroy();
       return undefined;
@@ -228,6 +234,7 @@ function splice(
     if (open === 0) release(!failed);
   };
   client.off("error", ignoreError);
+  backend.off("error", ignoreError);
   client.on("error", onError);
   backend.on("error", onError);
   client.once("close", closed(backend));
