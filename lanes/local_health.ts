@@ -4,6 +4,11 @@
  * operation, from a private reserve the public lane can never touch. Its routes are a Hono app
  * (src/server/lane_router.ts); the acting ones need the admin credential.
  *
+ * Ready means able to serve every lane: besides boot and drain, `/readyz` is 503 (`lane_down`,
+ * naming the lanes) while a lane has no live request worker — all its workers dead or restarting
+ * (src/observe/worker_census.ts) — and `/v1/health` says which lane and why; a load balancer
+ * polling readiness then moves users away until a replacement is armed.
+ *
  * @module
  */
 import { configStatus } from "../src/live/generations.ts";
@@ -15,7 +20,8 @@ import { snapshotLedger } from "../src/ledger/snapshot.ts";
 import { type PolicyFacts, readProcessFacts, renderMetrics } from "../src/observe/metrics.ts";
 import { failureReply } from "../src/request/errors.ts";
 import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
-import { jsonReply } from "../src/request/reply.ts";
+import { jsonReply, type Reply } from "../src/request/reply.ts";
+import { describeDown, lanesDown, type LaneWorkers } from "../src/observe/worker_census.ts";
 import { laneRouter } from "../src/server/lane_router.ts";
 
 const READ = ["GET", "HEAD"] as const;
@@ -53,6 +59,8 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       handle: function readiness(context, services) {
         if (services.state.draining) return failureReply("draining", context.requestId);
         if (!services.state.ready) return failureReply("not_ready", context.requestId);
+        const down = lanesDown(services.worker.census?.() ?? []);
+        if (down.length > 0) return laneDownReply(context.requestId, down);
         return jsonReply({ ready: true });
       },
     },
@@ -60,9 +68,13 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
       path: "/v1/health",
       methods: READ,
       handle: function health(_context, services) {
+        const census = services.worker.census?.() ?? [];
+        const down = lanesDown(census);
         return jsonReply({
           status: services.state.draining ? "draining" : "ok",
-          ready: services.state.ready,
+          ready: services.state.ready && down.length === 0,
+          ...(down.length > 0 ? { reason: down.map(describeDown).join("; ") } : {}),
+          lanes: lanesView(census),
           version: services.version,
           node_id: services.nodeId,
           uptime_seconds: Math.floor((Date.now() - services.startedAt) / 1000),
@@ -101,8 +113,9 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           edge: {
             version: services.version,
             draining: services.state.draining,
-            ready: services.state.ready,
+            ready: services.state.ready && lanesDown(services.worker.census?.() ?? []).length === 0,
             sockets: socketsView(services),
+            workers: services.worker.census?.(),
           },
           process: readProcessFacts(),
           policy: policyFacts(services),
@@ -189,6 +202,29 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
   router: (routes) =>
     laneRouter(routes, { acting: ACTING, credential: (services) => services.admin }),
 };
+
+/**
+ * `/readyz` while a lane has no live worker: 503 with the error envelope (`lane_down`) and the
+ * lanes that are down, so an operator reading the probe sees which.
+ */
+function laneDownReply(requestId: string, down: readonly LaneWorkers[]): Reply {
+  const reply = failureReply("lane_down", requestId);
+  const envelope = JSON.parse(reply.body as string);
+  return {
+    ...reply,
+    body: JSON.stringify({ ...envelope, lanes_down: down.map((lane) => lane.lane) }),
+  };
+}
+
+/**
+ * Each lane's workers for `/v1/health`: `{public: {workers: 1, live: 0, starting: 0, waiting: 1,
+ * restarts: 2, deaths: 3, up: false}}`; empty when the edge does not count them.
+ */
+function lanesView(census: readonly LaneWorkers[]) {
+  return Object.fromEntries(
+    census.map(({ lane, ...counts }) => [lane, { ...counts, up: counts.live > 0 }]),
+  );
+}
 
 /**
  * The isolates serving this edge and the requests each admitted (all lanes): worker 0 serves the

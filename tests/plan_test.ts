@@ -172,7 +172,10 @@ Deno.test("planEdge() narrows a lane's allowlist to the paths the config keeps",
   assert.deepEqual(table.paths, ["/healthz", "/readyz"]);
   // As the lane's allowlist phase serves a request (its router, a Hono app, answers every one);
   // the services hold only what the kept routes read.
-  const services = { state: { draining: false, ready: true } } as unknown as EdgeServices;
+  const services = {
+    state: { draining: false, ready: true },
+    worker: { index: 0, count: 1 },
+  } as unknown as EdgeServices;
   const answer = async (method: string, path: string) => {
     const context = {
       requestId: "plan-test",

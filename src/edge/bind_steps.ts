@@ -1,7 +1,8 @@
 /**
  * The boot steps of an edge that bind and check its listeners, in the order `startEdge` runs
  * them: create one server object per listener this isolate binds and prove them pairwise
- * distinct, bind them one by one, prove the bound addresses pairwise non-overlapping (and, with
+ * distinct, bind them one by one (with workers, once this isolate's `mayBind` allows: see
+ * worker_role.ts), prove the bound addresses pairwise non-overlapping (and, with
  * workers, wait for the arm gate that checks every worker's set together), and, once armed, say
  * what listens where. Every failure closes what was bound and refuses the boot: nothing is served
  * from a listener set that was not proven.
@@ -21,7 +22,7 @@ import {
   describeListener,
   listen,
 } from "./listeners.ts";
-import { bindsHere } from "./worker_role.ts";
+import { bindsHere, sharesPorts } from "./worker_role.ts";
 import type { BootContext } from "./boot_context.ts";
 import type { Lifecycle } from "./lifecycle.ts";
 
@@ -49,13 +50,15 @@ export async function bindListeners(
     throw new BootError(objectProblems.map((p) => p.message));
   }
   try {
+    // The owner proves the public addresses free of other processes; a public worker waits for it.
+    await worker?.mayBind?.();
     for (const grant of bound) {
-      await listen(grant, worker !== undefined);
+      await listen(grant, sharesPorts(worker));
       life.listening.push(grant);
     }
   } catch (error) {
     await life.abandon();
-    throw new BootError([(error as Error).message]);
+    throw error instanceof BootError ? error : new BootError([(error as Error).message]);
   }
 }
 

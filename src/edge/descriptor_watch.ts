@@ -13,6 +13,7 @@ import { type DescriptorState, DescriptorWatch } from "../server/descriptors.ts"
 import { describeListener, nudge, rearm } from "./listeners.ts";
 import type { BootContext } from "./boot_context.ts";
 import type { Lifecycle } from "./lifecycle.ts";
+import { sharesPorts } from "./worker_role.ts";
 
 /**
  * Starts the descriptor watch: after an open-file exhaustion it makes the listeners accept again
@@ -22,7 +23,7 @@ export function watchDescriptors(
   { plan, worker, log }: BootContext,
   life: Lifecycle,
 ): DescriptorWatch {
-  const reusePort = worker !== undefined;
+  const reusePort = sharesPorts(worker);
   const descriptors = new DescriptorWatch({
     canary: plan.config.file,
     log,

@@ -8,7 +8,7 @@
 import type { AddressInfo, Server, Socket } from "node:net";
 import net from "node:net";
 import type { ListenerRole } from "../boot/distinct.ts";
-import { bindServer } from "../server/bind.ts";
+import { bindServer, probeUnshared } from "../server/bind.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane_names.ts";
 import { createLaneListener, type ServerLimits } from "../server/lane_listener.ts";
@@ -151,6 +151,19 @@ export function listen(bound: Bound, reusePort = false): Promise<void> {
     bound.address,
     `Cannot bind ${describeListener(bound)} on ${formatAddress(bound.address)}`,
     reusePort,
+  );
+}
+
+/**
+ * Proves that no other process listens on a listener's TCP address, before this process's request
+ * workers bind it with port sharing (see `probeUnshared` in server/bind.ts); the error names the
+ * lane and the address: `Cannot bind lane "public" on 127.0.0.1:8080: address already in use by
+ * another process`.
+ */
+export function probeListener(listener: Pick<Bound, "lane" | "role" | "address">): Promise<void> {
+  return probeUnshared(
+    listener.address,
+    `Cannot bind ${describeListener(listener)} on ${formatAddress(listener.address)}`,
   );
 }
 

@@ -19,6 +19,8 @@ import type { BootContext } from "./boot_context.ts";
 import type { Runtime } from "./boot_steps.ts";
 import type { Lifecycle } from "./lifecycle.ts";
 import type { WorkerRole } from "./worker_role.ts";
+import type { LaneWorkers } from "../observe/worker_census.ts";
+import { censusOf } from "./worker_slot.ts";
 
 /** The parts of {@link EdgeServices} the boot steps made. */
 export interface ServiceParts {
@@ -50,7 +52,7 @@ export function assembleServices(
     tenants: () => runtime.store.registry(),
     config: runtime.store,
     ...runtimeCalls(boot, runtime),
-    worker: { index: worker?.index ?? 0, count: worker?.count ?? 1 },
+    worker: { index: worker?.index ?? 0, count: worker?.count ?? 1, census: censusFor(boot) },
     drain: () => drainEverywhere(worker, life),
     egress: life.egress,
     pending: new PendingBackends(),
@@ -71,6 +73,20 @@ export function assembleServices(
       otherwise: plan.config.acme.otherwise,
     },
   };
+}
+
+/**
+ * How the lanes' workers stand: the owner's count of its workers; alone, every lane is served by
+ * this isolate, which is up while it answers; a mirror serves no `local_health` and counts none.
+ */
+function censusFor({ plan, worker }: BootContext): (() => readonly LaneWorkers[]) | undefined {
+  if (worker) return worker.census;
+  const alone = censusOf(
+    [...new Set(plan.lanes.map((lane) => lane.table.descriptor.name))],
+    [],
+    false,
+  );
+  return () => alone;
 }
 
 /** Reload and hub status: done by the owner's source here, or asked of the owner by a mirror. */

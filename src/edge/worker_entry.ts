@@ -1,14 +1,20 @@
 /**
- * A request worker (1 … N−1) of a multi-worker edge: loads the same config, plans with the owner's
- * first generation, binds every TCP listener with `reusePort`, reports them and waits to be armed,
- * then serves. It mirrors the owner's generations and rejection record, and asks the owner for a
- * reload, the hub's status or a drain.
+ * A request worker (1 … N) of a multi-worker edge: reads the owner's config text, plans with the
+ * owner's live generation (the first one at boot, the one live then for a replacement), waits for
+ * the owner's word to bind, binds every public TCP listener with `reusePort`, reports them and
+ * waits to be armed, then serves. It mirrors the owner's generations and rejection record, and asks
+ * the owner for a reload, the hub's status or a drain.
+ *
+ * An error nothing caught ends this worker, never the process: it tells the owner why and closes
+ * itself (the owner reclaims what it held and starts a replacement, workers.ts), rather than leave
+ * Deno to print free text on stderr.
  *
  * @module
  */
 import { LANES } from "../../lanes/mod.ts";
 import type { OfferOutcome, Rejection } from "../live/generations.ts";
-import { loadConfig } from "../config/load.ts";
+import { resolveConfig } from "../config/load.ts";
+import { parseYaml } from "../config/yaml_file.ts";
 import { ConfigError, formatProblem } from "../config/problems.ts";
 import { BootError } from "../boot/boot_error.ts";
 import { type Edge, startEdge } from "./edge.ts";
@@ -17,6 +23,7 @@ import type { EdgeServices } from "../pipeline/services.ts";
 import type { WorkerRole } from "./worker_role.ts";
 import type { ToOwner, ToWorker } from "./worker_messages.ts";
 import { diagnostics, diagnosticSink } from "../observe/diag.ts";
+import { describeError } from "../request/errors.ts";
 
 const scope = self as unknown as {
   postMessage(message: ToOwner): void;
@@ -26,6 +33,8 @@ const scope = self as unknown as {
 let edge: Edge | undefined;
 let chain: Promise<unknown> = Promise.resolve();
 let arm: { resolve: () => void; reject: (error: BootError) => void } | undefined;
+/** Settles this worker's wait for the owner's word to bind (`mayBind`). */
+let bindWord: ((reasons?: readonly string[]) => void) | undefined;
 const calls = new Map<number, { resolve: (value: unknown) => void; reject: (e: Error) => void }>();
 let nextCall = 0;
 /** This worker's index, once the owner has said it (for the lines it writes). */
@@ -41,6 +50,7 @@ scope.onmessage = (event) => {
   const message = event.data;
   if (message.type === "arm") return arm?.resolve();
   if (message.type === "refuse") return arm?.reject(new BootError(message.reasons));
+  if (message.type === "bind") return bindWord?.(message.reasons);
   if (message.type === "result") {
     const pending = calls.get(message.id);
     calls.delete(message.id);
@@ -104,12 +114,35 @@ async function start(message: StartMessage): Promise<void> {
   }
 }
 
+/**
+ * Ends this worker on an error nothing caught: the owner is told why (it reclaims what the worker
+ * held and starts a replacement), then the worker closes itself, so no further code of it runs.
+ */
+function dieOnUncaught(error: unknown): void {
+  scope.postMessage({ type: "died", reason: describeError(error) });
+  scope.close();
+}
+
+self.addEventListener("error", function uncaughtError(event: ErrorEvent) {
+  event.preventDefault();
+  dieOnUncaught(event.error ?? event.message);
+});
+self.addEventListener("unhandledrejection", function unhandledRejection(event) {
+  event.preventDefault();
+  dieOnUncaught(event.reason);
+});
+
 /** The "start" message: everything a worker is told before it boots. */
 type StartMessage = Extract<ToWorker, { type: "start" }>;
 
-/** Loads the same config and plans it with the owner's first generation and open-file limit. */
+/**
+ * Reads the owner's config text (never the file again: a replacement started after an operator's
+ * edit runs what the owner runs) and plans it with the owner's generation and open-file limit.
+ */
 async function planAsOwner(message: StartMessage): Promise<EdgePlan<EdgeServices>> {
-  const config = await loadConfig(message.file);
+  const source = parseYaml(message.file, message.configText);
+  if (Array.isArray(source)) throw new ConfigError(source);
+  const config = resolveConfig(source);
   const first = message.first;
   return await planEdge(config, LANES, {
     first: {
@@ -139,6 +172,12 @@ function mirrorRole(message: StartMessage): WorkerRole {
     armGate(listeners) {
       scope.postMessage({ type: "listeners", listeners });
       return new Promise((resolve, reject) => arm = { resolve, reject });
+    },
+    mayBind() {
+      scope.postMessage({ type: "may-bind" });
+      return new Promise((resolve, reject) => {
+        bindWord = (reasons) => reasons ? reject(new BootError(reasons)) : resolve();
+      });
     },
     owner: {
       async reloadConfig(): Promise<OfferOutcome> {

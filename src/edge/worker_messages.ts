@@ -31,6 +31,11 @@ export type ToWorker =
   | {
     readonly type: "start";
     readonly file: string;
+    /**
+     * The config file's text as the owner read it at boot: every worker, a replacement started
+     * later included, runs the bootstrap config the owner runs, whatever the file says by then.
+     */
+    readonly configText: string;
     readonly version: string;
     readonly index: number;
     readonly count: number;
@@ -43,6 +48,8 @@ export type ToWorker =
     readonly fileLimit?: DescriptorLimit;
   }
   | { readonly type: "arm" }
+  /** The worker may bind its listeners now; with `reasons`, its boot is refused instead. */
+  | { readonly type: "bind"; readonly reasons?: readonly string[] }
   | { readonly type: "refuse"; readonly reasons: readonly string[] }
   | ({ readonly type: "prepare" } & GenerationData)
   | { readonly type: "status"; readonly rejected?: Rejection; readonly superseded: boolean }
@@ -60,6 +67,10 @@ export type ToOwner =
   | { readonly type: "listeners"; readonly listeners: readonly LaneListener[] }
   | { readonly type: "boot-failed"; readonly reasons: readonly string[] }
   | { readonly type: "armed" }
+  /** The worker is ready to bind its listeners and waits for `bind`. */
+  | { readonly type: "may-bind" }
+  /** An error nothing caught: the worker closes itself after this message. */
+  | { readonly type: "died"; readonly reason: string }
   | {
     readonly type: "counts";
     readonly policy: PolicyCounts;

@@ -13,6 +13,7 @@ import type { ConfigProblem } from "../config/problems.ts";
 import type { LedgerBuffers } from "../ledger/memory.ts";
 import type { LaneName } from "../ledger/lane_names.ts";
 import type { ListenerAddress } from "../config/load.ts";
+import type { LaneWorkers } from "../observe/worker_census.ts";
 
 /** The owner's side of what a mirror may ask for. */
 export interface OwnerCalls {
@@ -46,10 +47,20 @@ export interface WorkerRole {
    * rejects, with the reasons, to refuse the boot. Nothing is served before it resolves.
    */
   armGate(listeners: readonly LaneListener[]): Promise<void>;
+  /**
+   * Resolves when this worker may bind its listeners; rejects, with the reasons, to refuse the
+   * boot. The owner first proves that no other process listens on the public workers' addresses
+   * (they bind with `reusePort`, which any process of the same user could join); a public worker
+   * waits until the owner has bound its own listeners (an exclusive bind: of two processes started
+   * at once, only one gets past it) or, when it replaces a dead worker, until the owner allows it.
+   */
+  readonly mayBind?: () => Promise<void>;
   /** Mirrors: the owner's calls. */
   readonly owner?: OwnerCalls;
   /** The owner: drains every worker (a drain asked of this isolate alone would leave them up). */
   readonly drainAll?: () => Promise<void>;
+  /** The owner: how each lane's workers stand now (readiness, `/v1/health`, `/metrics`). */
+  readonly census?: () => readonly LaneWorkers[];
 }
 
 /**
@@ -66,4 +77,13 @@ export function bindsHere(
   if (!worker) return true;
   if (worker.index === 0) return lane !== "public" || address.kind === "unix";
   return lane === "public" && address.kind === "tcp";
+}
+
+/**
+ * Whether this isolate binds its TCP listeners with `reusePort`: only the public workers, which
+ * share every public address. Worker 0 and a lone edge bind exclusively, so a second process on
+ * the same ports fails to bind there.
+ */
+export function sharesPorts(worker: Pick<WorkerRole, "index"> | undefined): boolean {
+  return worker !== undefined && worker.index > 0;
 }

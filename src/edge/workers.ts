@@ -1,6 +1,6 @@
 /**
  * Request workers: one edge served by N isolates. Worker 0 runs here and owns the runtime source
- * (folder watch or hub stream), the Unix-socket listeners and the signals; workers 1 … N−1 run in
+ * (folder watch or hub stream), the Unix-socket listeners and the signals; workers 1 … N run in
  * `Worker`s (same permissions) and bind every TCP listener of every lane with `reusePort`, so the
  * kernel spreads connections among them. All of them count in one ledger (`SharedArrayBuffer`
  * gauges and counter stripes) and one set of response counters; generations swapped in by worker 0
@@ -8,31 +8,40 @@
  *
  * Nothing is served before every worker has bound its listeners and the sets were checked
  * together: each worker must hold exactly worker 0's TCP listeners, lane for lane (arm_gate.ts).
- * Here is the pool's life — spawn, arm, drain or close, losing a worker — and the memory they all
- * share; what worker 0 relays to the others while they serve (generations, the rejection record,
- * answers to their calls) is mirror_relay.ts.
+ * No public worker binds before worker 0 has proven the public ports free of other processes and
+ * bound its own listeners exclusively (exclusive_ports.ts). A public worker that dies after boot is
+ * replaced at the same index after a growing delay (worker_restarts.ts); meanwhile readiness
+ * counts the public lane's live workers (worker_census.ts). Here is the pool's life — spawn, arm,
+ * drain or close, and routing each worker's messages — and the memory they all share; what worker
+ * 0 relays to the others while they serve is mirror_relay.ts.
  *
  * @module
  */
 import { runsWorkers } from "../config/load.ts";
-import { type LedgerBuffers, LedgerMemory } from "../ledger/memory.ts";
-import { ResponseStats } from "../observe/response_stats.ts";
-import { diagnosticSink } from "../observe/diag.ts";
+import { type Diagnostics, diagnostics, diagnosticSink } from "../observe/diag.ts";
 import { BootError } from "../boot/boot_error.ts";
+import type { LaneListener } from "../boot/distinct.ts";
+import type { LaneName } from "../ledger/lane_names.ts";
 import { type Edge, type EdgeOptions, startEdge } from "./edge.ts";
 import { type EdgePlan, firstGenerationNumber } from "./plan.ts";
 import type { EdgeServices } from "../pipeline/services.ts";
 import type { ToOwner, ToWorker } from "./worker_messages.ts";
 import type { WorkerRole } from "./worker_role.ts";
 import { ArmGate } from "./arm_gate.ts";
-import { generationData, MirrorRelay, ownerCall } from "./mirror_relay.ts";
+import { MirrorRelay, ownerCall } from "./mirror_relay.ts";
+import { allocateShared, type SharedMemory, startMessage } from "./worker_start.ts";
 import { LATE, within } from "./within.ts";
+import { CarriedCounts } from "./worker_counts.ts";
+import { censusOf, type Incarnation, WorkerSlot } from "./worker_slot.ts";
+import { probePublic, publicWorkersBind } from "./exclusive_ports.ts";
+import { WorkerRestarts } from "./worker_restarts.ts";
 
 /**
  * Starts an edge with `plan.config.workers` public request workers beside worker 0 — or, with
  * `shared_event_loop` (or no protected lane), a plain {@link startEdge} in this isolate.
  *
- * @throws {BootError} when any worker cannot bind or the workers' listeners disagree
+ * @throws {BootError} when any worker cannot bind, another process listens on a public address,
+ *   or the workers' listeners disagree
  */
 export async function startWorkers(
   plan: EdgePlan<EdgeServices>,
@@ -40,7 +49,7 @@ export async function startWorkers(
 ): Promise<Edge> {
   const publicWorkers = plan.config.workers;
   if (!runsWorkers(plan.config)) return await startEdge(plan, options);
-  const pool = new WorkerPool(plan, options);
+  const pool = new WorkerPool(plan, options, await Deno.readTextFile(plan.config.file));
   pool.spawnPublicWorkers();
   const edge = await pool.startOwner();
   pool.mirrorRejections(edge);
@@ -51,153 +60,174 @@ export async function startWorkers(
   return pool.handle(edge);
 }
 
-/** The memory every isolate of the edge shares, allocated once by worker 0. */
-interface SharedMemory {
-  readonly count: number;
-  readonly ledger: LedgerBuffers;
-  readonly stats: SharedArrayBuffer;
-  readonly egressChannel: string;
-  readonly generation: SharedArrayBuffer;
-}
-
-/** Allocates what `count` isolates share; the live generation starts at `firstNumber`. */
-function allocateShared(count: number, firstNumber: number): SharedMemory {
-  const ledger = LedgerMemory.create(count, true).buffers;
-  const stats = ResponseStats.allocate(count);
-  const egressChannel = `portcullis-egress-${crypto.randomUUID()}`;
-  const generation = new SharedArrayBuffer(4);
-  Atomics.store(new Int32Array(generation), 0, firstNumber);
-  return { count, ledger, stats, egressChannel, generation };
-}
-
-/** One public request worker as worker 0 tracks it. */
-interface PublicWorker {
-  readonly index: number;
-  readonly worker: Worker;
-  /** It has stopped: finished, failed at boot, or died. */
-  readonly done: () => void;
-  /** It serves. */
-  readonly armed: () => void;
-}
+/** How long a worker has to be armed, at boot and as a replacement. */
+const ARM_WITHIN_MS = 10_000;
 
 /**
  * Worker 0's side of a multi-worker edge: spawns the public request workers, answers what they
- * report, builds each generation in all of them, and drains or closes them all together.
+ * report, replaces those that die, builds each generation in all of them, and drains or closes
+ * them all together.
  */
 class WorkerPool {
   readonly log: (line: string) => void;
+  /** Deaths and restarts, as JSON lines with their own fields. */
+  readonly #events: Diagnostics;
   readonly #plan: EdgePlan<EdgeServices>;
   readonly #options: EdgeOptions;
+  readonly #configText: string;
   readonly #firstNumber: number;
   readonly #shared: SharedMemory;
   readonly #gate: ArmGate;
-  readonly #relay: MirrorRelay;
-  readonly #workers: Worker[] = [];
-  /** One per public worker: resolves when it has stopped. */
-  readonly #finished: Promise<void>[] = [];
-  /** One per public worker: resolves when it serves. */
-  readonly #armed: Promise<void>[] = [];
+  readonly #relay = new MirrorRelay();
+  readonly #counts = new CarriedCounts();
+  readonly #slots: WorkerSlot[] = [];
+  /** The edge's lanes, and whether the public workers bind any of their listeners (the census). */
+  readonly #lanes: readonly LaneName[];
+  readonly #publicBound: boolean;
+  /** Resolves once worker 0 has bound its own listeners: then the public workers may bind. */
+  readonly #ownerBound = Promise.withResolvers<void>();
+  /** Rejects when a worker stops before the boot is done. */
+  readonly #bootLost = Promise.withResolvers<never>();
   /** Worker 0's edge, once started. */
   #edge?: Edge;
+  /** Set once every worker was armed: a death from now on is replaced, not a refused boot. */
+  #restarts?: WorkerRestarts;
+  /** A drain or close began (or the boot failed): no worker is started again. */
+  #stopRequested = false;
   #stopping?: Promise<void>;
 
-  constructor(plan: EdgePlan<EdgeServices>, options: EdgeOptions) {
+  constructor(plan: EdgePlan<EdgeServices>, options: EdgeOptions, configText: string) {
     this.#plan = plan;
     this.#options = options;
+    this.#configText = configText;
     // Worker 0 (this isolate) serves the protected lanes; workers 1 … N the public lane.
     const count = plan.config.workers + 1;
-    this.log = options.log ?? diagnosticSink({ level: plan.config.observe.logLevel });
+    const level = plan.config.observe.logLevel;
+    this.log = options.log ?? diagnosticSink({ level });
+    this.#events = diagnostics(options.log ? { level, write: options.log } : { level });
     this.#firstNumber = firstGenerationNumber(plan.runtime);
     this.#shared = allocateShared(count, this.#firstNumber);
     this.#gate = new ArmGate(count);
-    this.#relay = new MirrorRelay((message) => this.#post(message));
+    this.#lanes = [...new Set(plan.lanes.map((lane) => lane.table.descriptor.name))];
+    this.#publicBound = publicWorkersBind(plan);
+    this.#bootLost.promise.catch(() => {});
+    this.#ownerBound.promise.catch(() => {});
   }
 
   /** Starts workers 1 … N, each told to load the config and bind the public lane's listeners. */
   spawnPublicWorkers(): void {
-    for (let index = 1; index < this.#shared.count; index++) this.#spawn(index);
-  }
-
-  /** Starts one public worker and wires its messages and its death to this pool. */
-  #spawn(index: number): void {
-    const worker = new Worker(new URL("./worker_entry.ts", import.meta.url), {
-      type: "module",
-      name: `portcullis-worker-${index}`,
-    });
-    this.#workers.push(worker);
-    this.#relay.joined(index);
-    let done!: () => void;
-    this.#finished.push(new Promise((resolve) => done = resolve));
-    let armed!: () => void;
-    this.#armed.push(new Promise((resolve) => armed = resolve));
-    const tracked: PublicWorker = { index, worker, done, armed };
-    worker.onerror = (event) => {
-      event.preventDefault();
-      this.#lost(tracked, event.message);
-    };
-    worker.onmessage = (event: MessageEvent<ToOwner>) => this.#receive(tracked, event.data);
-    worker.postMessage(
-      {
-        type: "start",
-        file: this.#plan.config.file,
-        version: this.#options.version,
-        index,
-        ...this.#shared,
-        first: {
-          ...generationData(this.#plan.runtime, this.#firstNumber, Date.now()),
-          tables: this.#plan.tenants.environment.tables.share(),
-        },
-        fileLimit: this.#plan.descriptors?.limit,
-      } satisfies ToWorker,
-    );
+    for (let index = 1; index < this.#shared.count; index++) {
+      const slot = new WorkerSlot(index);
+      this.#slots.push(slot);
+      this.#spawn(slot);
+    }
   }
 
   /**
-   * A worker died: before boot that refuses the boot; after it, the requests and connections it
-   * held are reclaimed and the others serve on.
+   * Starts a worker in `slot` and wires its messages and its death to this pool: at boot with the
+   * first generation, as a replacement with the one live now (and any being built, via the relay).
    */
-  #lost({ index, done }: PublicWorker, reason: string): void {
-    this.#gate.fail([`Worker ${index} failed: ${reason}`]);
-    // After boot the kernel stops handing connections to a closed socket; the others serve on.
-    this.#relay.lost(index);
-    if (this.#edge) {
-      const lost = this.#edge.services.ledger.reclaim(index);
-      this.log(
-        `portcullis: error: public request worker ${index} stopped (${reason}); ` +
-          `${lost.requests} requests and ${lost.connections} connections it held were ` +
-          "reclaimed; the other workers serve on; restart the edge to replace it",
+  #spawn(slot: WorkerSlot): void {
+    const worker = new Worker(new URL("./worker_entry.ts", import.meta.url), {
+      type: "module",
+      name: `portcullis-worker-${slot.index}`,
+    });
+    const life = slot.begin(worker);
+    worker.onerror = (event) => {
+      event.preventDefault();
+      this.#ended(slot, life, event.message);
+    };
+    worker.onmessage = (event: MessageEvent<ToOwner>) => this.#receive(slot, life, event.data);
+    const start = startMessage({
+      plan: this.#plan,
+      shared: this.#shared,
+      configText: this.#configText,
+      version: this.#options.version,
+      firstNumber: this.#firstNumber,
+      live: this.#edge?.services.config.current,
+    }, slot.index);
+    worker.postMessage(start);
+    this.#relay.joined(slot.index, (message) => worker.postMessage(message), start.first.number);
+    if (this.#restarts) {
+      life.deadline = setTimeout(
+        () => this.#ended(slot, life, `not armed within ${ARM_WITHIN_MS / 1000} s`),
+        ARM_WITHIN_MS,
       );
     }
-    done();
+  }
+
+  /**
+   * A worker stopped without being asked: before boot that refuses the boot; after it, the slot's
+   * restarts take over (worker_restarts.ts). Idempotent per worker (an error and a message may
+   * both report one death).
+   */
+  #ended(slot: WorkerSlot, life: Incarnation, reason: string, reasons?: readonly string[]): void {
+    if (life.ended) return;
+    life.ended = true;
+    clearTimeout(life.deadline);
+    life.worker.terminate();
+    this.#relay.lost(slot.index);
+    if (this.#restarts) return this.#restarts.died(slot, reason);
+    const why = reasons ?? [`Worker ${slot.index} failed: ${reason}`];
+    this.#gate.fail(why);
+    this.#bootLost.reject(new BootError(why));
+    slot.stop();
   }
 
   /** Answers one message of a public worker (see worker_messages.ts). */
-  async #receive({ index, worker, done, armed }: PublicWorker, message: ToOwner): Promise<void> {
+  async #receive(slot: WorkerSlot, life: Incarnation, message: ToOwner): Promise<void> {
+    if (life.ended) return;
+    const { index } = slot;
+    const { worker } = life;
     const edge = this.#edge;
-    if (message.type === "listeners") {
-      this.#gate.report(index, message.listeners).then(
-        () => worker.postMessage({ type: "arm" } satisfies ToWorker),
-        (error: BootError) =>
-          worker.postMessage({ type: "refuse", reasons: error.reasons } satisfies ToWorker),
-      );
+    if (message.type === "may-bind") {
+      await this.#allowBind(life, slot);
+    } else if (message.type === "listeners") {
+      this.#check(slot, life, message.listeners);
     } else if (message.type === "boot-failed") {
-      this.#gate.fail(message.reasons.map((reason) => `Worker ${index}: ${reason}`));
-      done();
+      const reasons = message.reasons.map((reason) => `Worker ${index}: ${reason}`);
+      this.#ended(slot, life, message.reasons.join("; "), reasons);
+    } else if (message.type === "died") {
+      this.#ended(slot, life, message.reason);
+    } else if (message.type === "armed") {
+      this.#armed(slot, life);
+    } else if (message.type === "finished") {
+      if (this.#stopRequested) slot.stop();
+      else this.#ended(slot, life, "it finished unasked");
     } else if (message.type === "prepared") {
       this.#relay.prepared(index, message.number, message.problems);
     } else if (message.type === "counts") {
-      edge?.services.policyStats.absorb(index, message.policy);
-      edge?.services.observer.metrics.absorb(index, message.requests);
-      if (message.stores) edge?.services.storeCounters?.absorb(index, message.stores);
-    } else if (message.type === "armed") {
-      armed();
-    } else if (message.type === "finished") {
-      done();
+      if (edge) this.#counts.absorb(edge.services, index, message);
     } else if (message.type === "drain") {
       void this.drainAll();
     } else if (message.type === "call") {
       worker.postMessage(await ownerCall(edge, message.id, message.method));
     }
+  }
+
+  /** A worker may bind: at boot once worker 0 has bound its own listeners; later as restarts say. */
+  async #allowBind(life: Incarnation, slot: WorkerSlot): Promise<void> {
+    const send = (reasons?: readonly string[]) =>
+      life.worker.postMessage({ type: "bind", reasons } satisfies ToWorker);
+    if (this.#restarts) return send(await this.#restarts.mayBind(slot));
+    this.#ownerBound.promise.then(() => send(), (error: Error) => send([error.message]));
+  }
+
+  /** Checks a worker's bound listeners: at boot together with all others, later against boot's. */
+  #check(slot: WorkerSlot, life: Incarnation, listeners: readonly LaneListener[]): void {
+    const answer = (reasons?: readonly string[]) =>
+      life.worker.postMessage(reasons ? { type: "refuse", reasons } : { type: "arm" });
+    if (this.#restarts) return answer(this.#restarts.check(slot, listeners));
+    this.#gate.report(slot.index, listeners).then(
+      () => answer(),
+      (error: BootError) => answer(error.reasons),
+    );
+  }
+
+  /** A worker serves: at boot one more is ready; later a replacement has taken its slot back. */
+  #armed(slot: WorkerSlot, life: Incarnation): void {
+    slot.armed(life, performance.now());
+    this.#restarts?.armed(slot);
   }
 
   /**
@@ -212,13 +242,32 @@ class WorkerPool {
         worker: this.#ownerRole(),
       });
       // Ready means every worker serves: wait for each to be armed, not only this one.
-      if (await within(Promise.all(this.#armed), 10_000) === LATE) {
+      const armed = Promise.race([
+        Promise.all(this.#slots.map((slot) => slot.bootArmed)),
+        this.#bootLost.promise,
+      ]);
+      try {
+        if (await within(armed, ARM_WITHIN_MS) === LATE) {
+          throw new BootError(["A request worker was not armed within 10 s"]);
+        }
+      } catch (error) {
         await edge.close();
-        throw new BootError(["A request worker was not armed within 10 s"]);
+        throw error;
       }
+      this.#restarts = new WorkerRestarts({
+        services: edge.services,
+        plan: this.#plan,
+        slots: this.#slots,
+        gate: this.#gate,
+        counts: this.#counts,
+        events: this.#events,
+        spawn: (slot) => this.#spawn(slot),
+        stopping: () => this.#stopRequested,
+      });
       return edge;
     } catch (error) {
       this.#gate.fail([(error as Error).message]);
+      this.#ownerBound.reject(new Error("The boot was refused"));
       await this.#terminate();
       throw error;
     }
@@ -229,9 +278,15 @@ class WorkerPool {
     return {
       index: 0,
       ...this.#shared,
-      armGate: (listeners) => this.#gate.report(0, listeners),
+      mayBind: () => probePublic(this.#plan),
+      armGate: (listeners) => {
+        // Worker 0's own listeners are bound (exclusively): the public workers may bind now.
+        this.#ownerBound.resolve();
+        return this.#gate.report(0, listeners);
+      },
       drainAll: () => this.drainAll(),
       prepareElsewhere: (generation) => this.#relay.prepareElsewhere(generation),
+      census: () => censusOf(this.#lanes, this.#slots, this.#publicBound),
     };
   }
 
@@ -247,7 +302,8 @@ class WorkerPool {
       listeners: own.listeners,
       drain: () => this.drainAll(),
       close: () => this.#stopAll(() => own.close(), { type: "close" }),
-      finished: own.finished.then(() => Promise.all(this.#finished)).then(() => {}),
+      finished: own.finished.then(() => Promise.all(this.#slots.map((slot) => slot.stopped)))
+        .then(() => {}),
     };
   }
 
@@ -257,25 +313,40 @@ class WorkerPool {
     return running ? this.#stopAll(() => running.drain(), { type: "drain" }) : Promise.resolve();
   }
 
-  /** Stops worker 0 with `stop` and every other worker with `message`, once (idempotent). */
+  /**
+   * Stops worker 0 with `stop` and every other worker with `message`, once (idempotent): a pending
+   * restart is cancelled, a replacement not armed yet is ended at once.
+   */
   #stopAll(stop: () => Promise<void>, message: ToWorker): Promise<void> {
+    this.#stopRequested = true;
     this.#stopping ??= (async () => {
-      this.#post(message);
-      await Promise.all([stop(), ...this.#finished]);
-      for (const worker of this.#workers) worker.terminate();
+      for (const slot of this.#slots) this.#stopSlot(slot, message);
+      await Promise.all([stop(), ...this.#slots.map((slot) => slot.stopped)]);
+      for (const slot of this.#slots) slot.current?.worker.terminate();
     })();
     return this.#stopping;
   }
 
-  /** After a failed boot: asks every worker to close, gives them 2 s, then terminates them. */
-  async #terminate(): Promise<void> {
-    this.#post({ type: "close" });
-    await within(Promise.all(this.#finished), 2000);
-    for (const worker of this.#workers) worker.terminate();
+  /** Asks one slot's worker to stop with `message`, or stops the slot when it serves none. */
+  #stopSlot(slot: WorkerSlot, message: ToWorker): void {
+    const life = slot.current;
+    if (life && !life.ended && life.armed) return life.worker.postMessage(message);
+    if (life && !life.ended) {
+      // A replacement not armed yet serves nothing: it is ended here, holding nothing to wait for.
+      life.ended = true;
+      clearTimeout(life.deadline);
+      life.worker.terminate();
+      this.#relay.lost(slot.index);
+      this.#edge?.services.ledger.reclaim(slot.index);
+    }
+    slot.stop();
   }
 
-  /** Sends one message to every public worker. */
-  #post(message: ToWorker): void {
-    for (const worker of this.#workers) worker.postMessage(message);
+  /** After a failed boot: asks every worker to close, gives them 2 s, then terminates them. */
+  async #terminate(): Promise<void> {
+    this.#stopRequested = true;
+    for (const slot of this.#slots) slot.current?.worker.postMessage({ type: "close" });
+    await within(Promise.all(this.#slots.map((slot) => slot.stopped)), 2000);
+    for (const slot of this.#slots) slot.current?.worker.terminate();
   }
 }

@@ -31,6 +31,7 @@ import {
 import { configFamilies, type ObserveFacts, requestFamilies } from "./metrics_requests.ts";
 import { type ProcessFacts, processFamilies } from "./process_stats.ts";
 import type { ResponseStats } from "./response_stats.ts";
+import { type LaneWorkers, workerFamilies } from "./worker_census.ts";
 
 export type { PolicyFacts, SocketFacts } from "./metrics_process.ts";
 export type { ObserveFacts } from "./metrics_requests.ts";
@@ -43,6 +44,8 @@ export interface EdgeFacts {
   readonly ready: boolean;
   /** Upstream sockets and descriptors, summed over the isolates (see lanes/local_health.ts). */
   readonly sockets?: SocketFacts;
+  /** Each lane's request workers (worker_census.ts); left out when absent. */
+  readonly workers?: readonly LaneWorkers[];
 }
 
 /** What the metrics page is rendered from. */
@@ -75,6 +78,7 @@ export function renderMetrics(input: MetricsInput): string {
   return expose([
     ...processFamilies(input.process, fds?.limit_exact ? fds.limit ?? undefined : undefined),
     ...lifecycleFamilies(edge),
+    ...workerFamilies(edge.workers),
     ...ledgerFamilies(ledger),
     ...reservationFamilies(ledger),
     ...connectionFamilies(ledger),

@@ -15,6 +15,7 @@ import type { DescriptorPlan } from "../server/descriptors.ts";
 import type { PipelineServices } from "./runner.ts";
 import type { DataplaneServices } from "./tenant_phases.ts";
 import type { AdminCredential } from "../server/admin.ts";
+import type { LaneWorkers } from "../observe/worker_census.ts";
 
 /** Lifecycle flags of a running edge. */
 export interface EdgeState {
@@ -36,8 +37,15 @@ export interface NodeIdentity {
   readonly version: string;
   /** Wall-clock start time (ms since the epoch). */
   readonly startedAt: number;
-  /** Which request worker this is (0 when there is one), and how many there are. */
-  readonly worker: { readonly index: number; readonly count: number };
+  /**
+   * Which request worker this is (0 when there is one), and how many there are; alone or worker 0,
+   * also how each lane's workers stand now (readiness and `/v1/health` read it).
+   */
+  readonly worker: {
+    readonly index: number;
+    readonly count: number;
+    readonly census?: () => readonly LaneWorkers[];
+  };
 }
 
 /**

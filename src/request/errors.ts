@@ -29,6 +29,7 @@ export type FailureKind =
   | "tenant_blocked"
   | "draining"
   | "not_ready"
+  | "lane_down"
   | "blocked"
   | "rate_limited"
   | "payload_too_large"
@@ -52,6 +53,7 @@ export type FailureKind =
   | "node_revoked"
   | "registration_refused"
   | "renewal_refused"
+  | "renewal_too_early"
   | "payload_not_json"
   | "internal";
 
@@ -123,6 +125,8 @@ const KINDS: Record<FailureKind, KindInfo> = {
   tenant_blocked: { status: 404, source: "client", message: "This site is not available" },
   draining: { status: 503, source: "internal", message: "The gateway is shutting down" },
   not_ready: { status: 503, source: "internal", message: "The gateway is not ready" },
+  // A lane with no live request worker (all dead or restarting): local_health's /readyz names it.
+  lane_down: { status: 503, source: "internal", message: "A lane has no live request worker" },
   blocked: { status: 403, source: "client", message: "The request was refused" },
   rate_limited: { status: 429, source: "client", message: "Too many requests from this client" },
   payload_too_large: {
@@ -200,6 +204,13 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "The registration was refused",
   },
   renewal_refused: { status: 403, source: "client", message: "The renewal was refused" },
+  // A renewal inside the hub's limits' wait (`ca.renew_before_days`, `ca.renew_interval_seconds`):
+  // sent with Retry-After; the node keeps its certificate and asks again then.
+  renewal_too_early: {
+    status: 429,
+    source: "client",
+    message: "The certificate is not due for renewal yet; retry after the time given",
+  },
   payload_not_json: {
     status: 400,
     source: "client",
