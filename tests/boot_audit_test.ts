@@ -31,6 +31,8 @@ function fakeQuery(held: Held): PermissionQuery {
       ? descriptor.command?.toString()
       : "variable" in descriptor
       ? descriptor.variable
+      : "kind" in descriptor
+      ? descriptor.kind
       : undefined;
     if (value === undefined) return "prompt";
     if (typeof scope === "function") return scope(value) ? "granted" : "prompt";
@@ -46,9 +48,11 @@ const GRANTS: readonly Grant[] = requiredGrants(await loadConfig(EXAMPLE));
 const NET = ["127.0.0.1:8080", "127.0.0.1:9901", "127.0.0.1:9902"];
 /** The example runs its public lane in a request worker, whose code is read from the checkout. */
 const CODE = GRANTS.filter((g) => g.purpose === "request worker code").map((g) => g.value);
-const READ = [EXAMPLE, EXAMPLE.replace(/config\.yaml$/, "tenants"), ...CODE];
+const READ = [EXAMPLE, EXAMPLE.replace(/config\.yaml$/, "tenants"), ...CODE, "/etc/hosts"];
+/** What the own-listener check reads of the machine (flags.ts LOCAL_MACHINE_GRANTS). */
+const SYS = ["hostname", "networkInterfaces"];
 /** Exactly the grants the example config needs. */
-const EXACT: Held = { net: NET, read: READ };
+const EXACT: Held = { net: NET, read: READ, sys: SYS };
 
 Deno.test("auditPermissions() accepts exactly the grants the config needs", () => {
   assert.deepEqual(auditPermissions(GRANTS, fakeQuery(EXACT)), { refusals: [], warnings: [] });
@@ -71,7 +75,8 @@ Deno.test("auditPermissions() refuses -A with a reason per ambient authority", (
     `Unscoped --allow-read grants reading every file; ${NEEDS_READ}`,
     "Unscoped --allow-env grants reading every variable; the config needs no --allow-env, only " +
     "--ignore-env=LOG_STREAM,LOG_TOKENS (Deno reads OTEL_* itself)",
-    "Unscoped --allow-sys grants all system information; the config needs no --allow-sys",
+    "Unscoped --allow-sys grants all system information; the config needs " +
+    "--allow-sys=hostname,networkInterfaces",
     "Unscoped --allow-import grants loading code from every host; the config needs no " +
     "--allow-import",
   ]);
@@ -166,6 +171,10 @@ Deno.test("auditPermissions() names each missing grant with its purpose", () => 
     'Missing --allow-net=127.0.0.1:9902 (needed by the lane "provider_health" listener)',
     `Missing --allow-read=${EXAMPLE} (needed by the config file)`,
     ...CODE.map((folder) => `Missing --allow-read=${folder} (needed by the request worker code)`),
+    "Missing --allow-read=/etc/hosts (needed by the own-listener check (names of this machine))",
+    "Missing --allow-sys=hostname (needed by the own-listener check (the host name))",
+    "Missing --allow-sys=networkInterfaces (needed by the own-listener check " +
+    "(addresses of this machine))",
   ]);
 });
 
@@ -186,7 +195,7 @@ Deno.test("auditPermissions() names missing socket read and write grants", () =>
 });
 
 Deno.test("auditPermissions() refuses unscoped --allow-read", () => {
-  assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ net: NET, read: true })), {
+  assert.deepEqual(auditPermissions(GRANTS, fakeQuery({ net: NET, read: true, sys: SYS })), {
     refusals: [`Unscoped --allow-read grants reading every file; ${NEEDS_READ}`],
     warnings: [],
   });

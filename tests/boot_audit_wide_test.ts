@@ -98,6 +98,8 @@ const GRANTS: readonly Grant[] = requiredGrants(await loadConfig(EXAMPLE));
 const EXACT = formatFlags(GRANTS).split(" ");
 const NET = EXACT.find((flag) => flag.startsWith("--allow-net="))!;
 const READ = EXACT.find((flag) => flag.startsWith("--allow-read="))!;
+/** The sys kinds the own-listener check reads (flags.ts LOCAL_MACHINE_GRANTS). */
+const SYS = EXACT.find((flag) => flag.startsWith("--allow-sys="))!;
 
 /** Audits the example config's grants against a process started with `flags`. */
 function audit(flags: readonly string[], grants: readonly Grant[] = GRANTS): string[] {
@@ -162,6 +164,7 @@ Deno.test("auditPermissions() never probes a port the config needs on its own ho
 function needs(name: string): string {
   if (name === "net") return `the config needs ${NET}`;
   if (name === "read") return `the config needs ${READ}`;
+  if (name === "sys") return `the config needs ${SYS}`;
   if (name === "env") {
     return "the config needs no --allow-env, only --ignore-env=LOG_STREAM,LOG_TOKENS " +
       "(Deno reads OTEL_* itself)";
@@ -222,9 +225,10 @@ const NET_CASES: readonly Wider[] = [
 const NAMED_CASES: readonly Wider[] = [
   ["env", "AWS_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"],
   ["env", "HOME", "HOME"],
-  ["sys", "hostname", "hostname"],
+  // hostname and networkInterfaces are the derived set's own (the own-listener check).
   ["sys", "osRelease", "osRelease"],
-  ["sys", "networkInterfaces", "networkInterfaces"],
+  ["sys", "uid", "uid"],
+  ["sys", "homedir", "homedir"],
   ["run", "sh", "sh"],
   ["run", "/bin/sh", "/bin/sh"],
   ["run", "python3", "python3"],

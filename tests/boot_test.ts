@@ -22,8 +22,8 @@ import { assertDerivedTask, assertTaskExpands } from "./fixtures/derived_task.ts
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const EXAMPLE_FLAGS = "--allow-net=127.0.0.1:8080,127.0.0.1:9901,127.0.0.1:9902 " +
-  "--allow-read=deploy/example/config.yaml,deploy/example/tenants,src,lanes " +
-  "--ignore-env=LOG_STREAM,LOG_TOKENS";
+  "--allow-read=deploy/example/config.yaml,deploy/example/tenants,src,lanes,/etc/hosts " +
+  "--allow-sys=hostname,networkInterfaces --ignore-env=LOG_STREAM,LOG_TOKENS";
 
 const tcp = (hostname: string, port: number): ListenerAddress => ({ kind: "tcp", hostname, port });
 const unix = (path: string): ListenerAddress => ({ kind: "unix", path });
@@ -190,6 +190,10 @@ Deno.test("formatFlags(requiredGrants()) prints the example config's exact flags
       // The public lane runs in a request worker, whose modules load from the checkout.
       ["read", "src", "request worker code"],
       ["read", "lanes", "request worker code"],
+      // What the own-listener check reads of the machine (names, host name, addresses).
+      ["read", "/etc/hosts", "own-listener check (names of this machine)"],
+      ["sys", "hostname", "own-listener check (the host name)"],
+      ["sys", "networkInterfaces", "own-listener check (addresses of this machine)"],
       ["ignore-env", "LOG_STREAM", "yaml parser debug switch"],
       ["ignore-env", "LOG_TOKENS", "yaml parser debug switch"],
     ]);
@@ -222,7 +226,8 @@ Deno.test("requiredGrants() adds unix:<path> net plus read and write for a socke
   assert.equal(
     formatFlags(grants),
     `--allow-net=[::1]:8443,unix:${sock} --allow-read=${sock},${file},${join(dir, "tenants")},` +
-      `${code.join(",")} --allow-write=${sock} --ignore-env=LOG_STREAM,LOG_TOKENS`,
+      `${code.join(",")},/etc/hosts --allow-write=${sock} ` +
+      "--allow-sys=hostname,networkInterfaces --ignore-env=LOG_STREAM,LOG_TOKENS",
   );
 });
 

@@ -87,8 +87,8 @@ Deno.test("cli flags: the example hub, remote edge and door tasks carry exactly 
     hub,
     "--allow-net=127.0.0.1:9443,127.0.0.1:9444 " +
       "--allow-read=deploy/example/hub.yaml,deploy/example/tenants,deploy/example/tokens," +
-      "deploy/example/mirrors,deploy/example/doors.yaml " +
-      "--ignore-env=LOG_STREAM,LOG_TOKENS",
+      "deploy/example/mirrors,deploy/example/doors.yaml,/etc/hosts " +
+      "--allow-sys=hostname,networkInterfaces --ignore-env=LOG_STREAM,LOG_TOKENS",
   );
   const remote = (await cli(["flags", "deploy/example/remote-edge.yaml"])).stdout.trim();
   assert.match(remote, /^--allow-net=127\.0\.0\.1:8081,127\.0\.0\.1:9911,127\.0\.0\.1:9443 /);

@@ -219,7 +219,9 @@ Deno.test("cli flags: prints exactly one line with the grants the config needs",
         // The admin token every test edge gets (fixtures/gateway.ts).
         `${dir.dir}/admin.token,` +
         // The public lane's request worker loads its code from the checkout (run from its root).
-        "src,lanes --ignore-env=LOG_STREAM,LOG_TOKENS\n",
+        "src,lanes," +
+        // What the own-listener check reads of the machine (flags.ts LOCAL_MACHINE_GRANTS).
+        "/etc/hosts --allow-sys=hostname,networkInterfaces --ignore-env=LOG_STREAM,LOG_TOKENS\n",
     );
   } finally {
     await Deno.remove(dir.dir, { recursive: true });

@@ -41,7 +41,10 @@ async function deno(args: readonly string[], cwd: string = ROOT): Promise<Run> {
 async function mainFlags(config: string, cwd: string): Promise<string> {
   const run = await deno(["run", ...READ, `${ROOT}main.ts`, "flags", config], cwd);
   assert.equal(run.code, 0, run.stderr);
-  assert.match(run.stdout, /^--allow-net=\S+ --allow-read=\S+ --ignore-env=\S+\n$/);
+  assert.match(
+    run.stdout,
+    /^--allow-net=\S+ --allow-read=\S+ --allow-sys=hostname,networkInterfaces --ignore-env=\S+\n$/,
+  );
   return withoutWorkerCode(run.stdout.trimEnd());
 }
 
@@ -212,7 +215,7 @@ Deno.test("scripts/compile.ts --print: deno compile with main.ts flags, the work
 Deno.test("scripts/compile.ts --print: run in another folder, relative config paths stay relative", async () => {
   const tokens = await printedCompile(["config.yaml"], EXAMPLE);
   assert.equal(permissionFlags(tokens), await mainFlags("config.yaml", EXAMPLE));
-  assert.match(permissionFlags(tokens), /--allow-read=config\.yaml,tenants /);
+  assert.match(permissionFlags(tokens), /--allow-read=config\.yaml,tenants,\/etc\/hosts /);
   const after = (flag: string) => tokens[tokens.indexOf(flag) + 1];
   assert.equal(after("--config"), "../../deno.json");
   assert.equal(after("--include"), "../../src/edge/worker_entry.ts");

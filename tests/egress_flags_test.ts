@@ -30,10 +30,13 @@ function workerCode(config: EdgeConfig): string[] {
   );
 }
 
-/** Every read grant of the config: its file, its tenants folder, the worker code. */
+/** Every read grant of the config: its file, its tenants folder, the worker code, the hosts file. */
 function reads(config: EdgeConfig): string[] {
-  return [config.file, tenantsFolderOf(config)!, ...workerCode(config)];
+  return [config.file, tenantsFolderOf(config)!, ...workerCode(config), "/etc/hosts"];
 }
+
+/** The sys kinds every edge holds (flags.ts LOCAL_MACHINE_GRANTS). */
+const SYS = ["hostname", "networkInterfaces"];
 
 /** A query that grants exactly `net` hosts and `read` paths, and nothing unscoped. */
 function exactly(net: readonly string[], read: readonly string[]): PermissionQuery {
@@ -44,6 +47,9 @@ function exactly(net: readonly string[], read: readonly string[]): PermissionQue
     if (descriptor.name === "read") {
       const path = descriptor.path?.toString();
       return path !== undefined && read.includes(path) ? "granted" : "prompt";
+    }
+    if (descriptor.name === "sys") {
+      return descriptor.kind !== undefined && SYS.includes(descriptor.kind) ? "granted" : "prompt";
     }
     return "prompt";
   };
@@ -72,6 +78,7 @@ Deno.test("formatFlags() puts egress targets in --allow-net, in order, after the
   );
   assert.deepEqual(flags.slice(1), [
     `--allow-read=${reads(config).join(",")}`,
+    `--allow-sys=${SYS.join(",")}`,
     "--ignore-env=LOG_STREAM,LOG_TOKENS",
   ]);
 });

@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { BodyDecoder } from "../src/egress/h1_body.ts";
 import {
+  agreedLength,
   type Framing,
   parseResponseHead,
   ResponseFramingError,
@@ -862,4 +863,16 @@ Deno.test("parseResponseHead() quotes upstream bytes in its messages with contro
       e instanceof ResponseFramingError &&
       e.message.includes(String.raw`"X: a\u0000\u001b[31m\u00ff"`),
   );
+});
+
+Deno.test("agreedLength() is the one value identical members agree on, as h11 compares them", () => {
+  assert.equal(agreedLength(["5"]), "5");
+  assert.equal(agreedLength(["5, 5", "5"]), "5");
+  assert.equal(agreedLength([" 5 ,\t5 "]), "5");
+  assert.equal(agreedLength(["0005"]), "5", "leading zeros go");
+  assert.equal(agreedLength(["0"]), "0");
+  assert.equal(agreedLength(["000"]), "0");
+  for (const values of [["5, 6"], ["5", "6"], ["05", "5"], ["5,"], ["+5"], [""], [], ["5 5"]]) {
+    assert.equal(agreedLength(values), null, JSON.stringify(values));
+  }
 });

@@ -73,14 +73,14 @@ Deno.test("hub flags: its listeners, its config, runtime folder and tokens — n
   assert.equal(
     formatFlags(hubGrants(config)),
     "--allow-net=127.0.0.1:9443,127.0.0.1:9444 " +
-      "--allow-read=/etc/portcullis/hub.yaml,/etc/portcullis/runtime,/etc/portcullis/tokens " +
-      "--ignore-env=LOG_STREAM,LOG_TOKENS",
+      "--allow-read=/etc/portcullis/hub.yaml,/etc/portcullis/runtime,/etc/portcullis/tokens," +
+      "/etc/hosts --allow-sys=hostname,networkInterfaces --ignore-env=LOG_STREAM,LOG_TOKENS",
   );
   const tls = { cert_file: "tls/hub.crt", key_file: "tls/hub.key", client_ca_file: "tls/ca.crt" };
   const mtls = resolveText({ ...BASE, api: { listen: BASE.api.listen, tls } });
   assert.match(
     formatFlags(hubGrants(mtls)),
-    /--allow-read=\S*runtime,\/etc\/portcullis\/tls\/hub\.crt,\/etc\/portcullis\/tls\/hub\.key,\/etc\/portcullis\/tls\/ca\.crt /,
+    /--allow-read=\S*runtime,\/etc\/portcullis\/tls\/hub\.crt,\/etc\/portcullis\/tls\/hub\.key,\/etc\/portcullis\/tls\/ca\.crt,\/etc\/hosts /,
   );
 });
 

@@ -727,3 +727,31 @@ Deno.test("downstreamHeaders() relays a 101's Upgrade with one Connection: upgra
     "req-1",
   ]);
 });
+
+Deno.test("downstreamHeaders() forwards one Content-Length field with one decimal value", () => {
+  const lengths = (raw: string[]) => {
+    const out = downstreamHeaders(raw, "r");
+    return out.flatMap((v, i) =>
+      i % 2 === 0 && v.toLowerCase() === "content-length" ? [out[i + 1]] : []
+    );
+  };
+  assert.deepEqual(lengths(["Content-Length", "1, 1"]), ["1"]);
+  assert.deepEqual(lengths(["content-length", "7", "X-A", "b", "Content-Length", "7"]), ["7"]);
+  assert.deepEqual(lengths(["Content-Length", "007"]), ["7"]);
+  assert.deepEqual(lengths(["Content-Length", "00, 00"]), ["0"]);
+  // In the first field's place and spelling.
+  assert.deepEqual(downstreamHeaders(["X-A", "b", "content-LENGTH", "2,2", "X-C", "d"], "r"), [
+    "X-A",
+    "b",
+    "content-LENGTH",
+    "2",
+    "X-C",
+    "d",
+    "X-Request-Id",
+    "r",
+  ]);
+  // Values that disagree (both upstream parsers refuse them first) write no length at all.
+  assert.deepEqual(lengths(["Content-Length", "1, 2"]), []);
+  assert.deepEqual(lengths(["Content-Length", "01", "Content-Length", "1"]), []);
+  assert.deepEqual(lengths(["Content-Length", "1", "Transfer-Encoding", "chunked"]), []);
+});

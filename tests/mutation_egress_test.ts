@@ -10,10 +10,10 @@
 import assert from "node:assert/strict";
 import {
   internalDestination,
-  ownListener,
   PrivateAllowance,
   refuseInternal,
 } from "../src/egress/destinations.ts";
+import { ownListener } from "../src/egress/own_listener.ts";
 
 const METADATA = "a link-local address (cloud metadata lives there)";
 

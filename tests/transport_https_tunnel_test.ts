@@ -263,8 +263,8 @@ Deno.test("https_tunnel: the hub grants its endpoint, its TLS files and each poo
     formatFlags(hubGrants(config)),
     "--allow-net=127.0.0.1:9443,127.0.0.1:9451,127.0.0.1:9050 " +
       "--allow-read=/etc/portcullis/hub.yaml,/etc/portcullis/runtime,/etc/portcullis/tokens," +
-      "/etc/portcullis/tls/hub.crt,/etc/portcullis/tls/hub.key,/etc/portcullis/tls/ca.crt " +
-      "--ignore-env=LOG_STREAM,LOG_TOKENS",
+      "/etc/portcullis/tls/hub.crt,/etc/portcullis/tls/hub.key,/etc/portcullis/tls/ca.crt," +
+      "/etc/hosts --allow-sys=hostname,networkInterfaces --ignore-env=LOG_STREAM,LOG_TOKENS",
   );
   assert.deepEqual(hubWith(undefined), [
     "transport.https_tunnel: The tunnel needs a pool to relay to: set pool.socks or pool.torpool",

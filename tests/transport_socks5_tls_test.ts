@@ -219,8 +219,8 @@ Deno.test("socks5_tls: the hub grants its relay listener, its TLS files and each
     formatFlags(hubGrants(config)),
     "--allow-net=127.0.0.1:9443,127.0.0.1:9444,127.0.0.1:9450,127.0.0.1:9050,127.0.0.1:9051 " +
       "--allow-read=/etc/portcullis/hub.yaml,/etc/portcullis/runtime,/etc/portcullis/tokens," +
-      "/etc/portcullis/tls/hub.crt,/etc/portcullis/tls/hub.key,/etc/portcullis/tls/ca.crt " +
-      "--ignore-env=LOG_STREAM,LOG_TOKENS",
+      "/etc/portcullis/tls/hub.crt,/etc/portcullis/tls/hub.key,/etc/portcullis/tls/ca.crt," +
+      "/etc/hosts --allow-sys=hostname,networkInterfaces --ignore-env=LOG_STREAM,LOG_TOKENS",
   );
 });
 

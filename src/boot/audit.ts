@@ -16,7 +16,9 @@
  *   folder of each granted path and a file beside it; write also on each path granted only for
  *   reading, and on the Deno binary;
  * - env: secrets and common variables, and the variables `--ignore-env` hides (the derived set
- *   answers "denied" for those); sys: every kind; run: shells, interpreters, `deno` and `tor`
+ *   answers "denied" for those); sys: every kind the derived set does not name (edges and hubs
+ *   name `hostname` and `networkInterfaces`: flags.ts `LOCAL_MACHINE_GRANTS`); run: shells,
+ *   interpreters, `deno` and `tor`
  *   (unless the derived set runs that very program: the Tor pool role's one run grant is its Tor
  *   binary's path, and a grant of it is checked like any other, missing or not); import: canary
  *   hosts (not the hosts Deno allows by default).
@@ -275,13 +277,20 @@ function outermost(paths: readonly string[]): string[] {
 function extraNamed({ grants, granted }: Audit, name: "env" | "sys" | "import"): string[] {
   // The derived set hides these with --ignore-env (Deno answers "denied"); --allow-env grants them.
   const ignored = grants.filter((g) => g.name === "ignore-env").map((g) => g.value);
+  // The derived set's own sys kinds (the own-listener check) are never an extra grant.
+  const sysGranted = derivedSys(grants);
   const probes: [string, Deno.PermissionDescriptor][] = name === "env"
     ? [...ENV_CANARIES, ...ignored].map((variable) => [variable, { name, variable }])
     : name === "sys"
-    ? SYS_KINDS.map((kind) => [kind, { name, kind }])
+    ? SYS_KINDS.filter((kind) => !sysGranted.has(kind)).map((kind) => [kind, { name, kind }])
     : IMPORT_CANARIES.map((host) => [host, { name, host }]);
   const hits = probes.filter(([, descriptor]) => granted(descriptor)).map(([value]) => value);
   return hits.length > 0 ? [beyond(grants, name, hits.join(", "))] : [];
+}
+
+/** The sys kinds the derived set grants. */
+function derivedSys(grants: readonly Grant[]): ReadonlySet<string> {
+  return new Set(grants.filter((g) => g.name === "sys").map((g) => g.value));
 }
 
 /** A refusal for each grant of the derived set the process does not hold. */
@@ -292,6 +301,8 @@ function missing({ grants, granted }: Audit): string[] {
       ? { name: "net", host: grant.value }
       : grant.name === "run"
       ? { name: "run", command: grant.value }
+      : grant.name === "sys"
+      ? { name: "sys", kind: grant.value as SysKind }
       : { name: grant.name, path: grant.value };
     if (!granted(descriptor)) {
       refusals.push(

@@ -2,7 +2,9 @@
  * The permission flags a config needs, derived from the config alone: net for each listener (a
  * Unix socket is `unix:<path>` plus read and write on the path), for each SOCKS instance and each
  * `direct` upstream, and for the public lane's ACME and passthrough listeners; read for the config
- * file, the tenants folder, the certificate folders and the ACME challenge folder. Nothing else — no env, no run, no ffi, no unscoped anything. The `yaml` parser
+ * file, the tenants folder, the certificate folders and the ACME challenge folder; and what the
+ * own-listener check reads of the machine ({@link LOCAL_MACHINE_GRANTS}: `/etc/hosts`, the host
+ * name, the interface addresses). Nothing else — no env, no run, no ffi, no unscoped anything. The `yaml` parser
  * looks at two debug variables (`LOG_STREAM`, `LOG_TOKENS`); `--ignore-env` makes those reads
  * return undefined without granting any environment access. The one run grant any role holds is
  * the Tor pool's, exactly its Tor binary (`poolGrants` in `src/torpool/config.ts`).
@@ -23,8 +25,11 @@ import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
 /** One permission the process must hold, and why. */
 export interface Grant {
   /** The permission: `--allow-<name>`, or `--ignore-env`. */
-  readonly name: "net" | "read" | "write" | "run" | "ignore-env";
-  /** The flag value: `host:port`, `unix:/path`, or a path (for run, the program's exact path). */
+  readonly name: "net" | "read" | "write" | "run" | "sys" | "ignore-env";
+  /**
+   * The flag value: `host:port`, `unix:/path`, a path (for run, the program's exact path), or a
+   * kind of system information (sys).
+   */
   readonly value: string;
   /** Who needs it, for diagnostics: `lane "public" listener`, `config file`, ... */
   readonly purpose: string;
@@ -133,8 +138,23 @@ export function requiredGrants(
       grants.push({ name: "read", value: folder, purpose: "request worker code" });
     }
   }
-  return [...grants, ...CODE_GRANTS];
+  return [...grants, ...LOCAL_MACHINE_GRANTS, ...CODE_GRANTS];
 }
+
+/**
+ * What the own-listener check reads of the machine at every load and before each upstream dial
+ * (egress/local_machine.ts): the hosts file, the host name and the interface addresses, so that a
+ * backend named by any name of this machine is refused like its address. Edges and hubs hold them.
+ */
+export const LOCAL_MACHINE_GRANTS: readonly Grant[] = [
+  { name: "read", value: "/etc/hosts", purpose: "own-listener check (names of this machine)" },
+  { name: "sys", value: "hostname", purpose: "own-listener check (the host name)" },
+  {
+    name: "sys",
+    value: "networkInterfaces",
+    purpose: "own-listener check (addresses of this machine)",
+  },
+];
 
 /** The `host:port` a `redis://host:port[/db]` store URL names (IPv6 in brackets, as written). */
 export function storeAddress(url: string): string {
@@ -179,7 +199,7 @@ export const CODE_GRANTS: readonly Grant[] = [
 /** True for grants that give authority (and so are audited); `ignore-env` gives none. */
 export function isAuthority(
   grant: Grant,
-): grant is Grant & { name: "net" | "read" | "write" | "run" } {
+): grant is Grant & { name: "net" | "read" | "write" | "run" | "sys" } {
   return grant.name !== "ignore-env";
 }
 
@@ -197,7 +217,7 @@ export function isAuthority(
  */
 export function formatFlags(grants: readonly Grant[]): string {
   const flags: string[] = [];
-  for (const name of ["net", "read", "write", "run", "ignore-env"] as const) {
+  for (const name of ["net", "read", "write", "run", "sys", "ignore-env"] as const) {
     const values = [...new Set(grants.filter((g) => g.name === name).map((g) => g.value))];
     const flag = name === "ignore-env" ? "--ignore-env" : `--allow-${name}`;
     if (values.length > 0) flags.push(`${flag}=${values.join(",")}`);
@@ -211,11 +231,12 @@ export function configuredLanes(config: EdgeConfig): LaneName[] {
 }
 
 /**
- * What registration and renewal with the fleet CA write (an https hub): the key and certificate,
- * and the `.new` files each is written to before it is renamed into place; with registration, the
- * secret file too (read, and removed once spent).
+ * What registration and renewal with the fleet CA write (an https hub) — an edge's or a door's:
+ * the key and certificate, and the `.new` files each is written to before it is renamed into place
+ * (registration writes its key there before it asks, so a retry asks with the same key); with
+ * registration, the secret file too (read, and removed once spent).
  */
-function enrolmentGrants(hub: HubClientConfig): Grant[] {
+export function enrolmentGrants(hub: Pick<HubClientConfig, "tls" | "secretFile">): Grant[] {
   if (!hub.tls) return [];
   const purpose = "node certificate (registration and renewal)";
   const grants: Grant[] = [hub.tls.certFile, hub.tls.keyFile].flatMap((file): Grant[] => [

@@ -29,6 +29,7 @@ import { watchCertificates } from "../tls/watch.ts";
 import { AdminCredential } from "../server/admin.ts";
 import { type AdminGate, loadAdminGate } from "../pipeline/admin_gate.ts";
 import { checkReach, firstGenerationNumber } from "./plan.ts";
+import { readLocalMachine } from "../egress/local_machine.ts";
 import type { BootContext } from "./boot_context.ts";
 import type { Lifecycle } from "./lifecycle.ts";
 
@@ -119,7 +120,8 @@ function createStore({ plan, worker }: BootContext): ConfigStore {
       registry: plan.tenants,
       texts: plan.runtime.texts,
     },
-    (registry) => checkReach(plan.config, registry),
+    // Every set offered is judged against the machine as it is then (its hosts file, its names).
+    async (registry) => checkReach(plan.config, registry, await readLocalMachine()),
     worker && {
       pointer: new Int32Array(worker.generation),
       prepareElsewhere: worker.prepareElsewhere,

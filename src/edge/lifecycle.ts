@@ -17,6 +17,7 @@ import { LedgerMemory } from "../ledger/memory.ts";
 import { Egress } from "../egress/egress.ts";
 import { followHubPool } from "../live/hub_pool.ts";
 import { egressSettings } from "../egress/settings.ts";
+import { ownListeners } from "./plan.ts";
 import type { StopWatching } from "../tls/watch.ts";
 import type { DescriptorWatch } from "../server/descriptors.ts";
 import type { EdgeState } from "../pipeline/services.ts";
@@ -55,7 +56,11 @@ export class Lifecycle {
     this.#boot = boot;
     const memory = worker && LedgerMemory.attach(worker.ledger, worker.index);
     this.ledger = new Ledger(plan.profile, { clock, memory });
-    this.egress = new Egress(egressSettings(plan.config.egress), clock, {
+    const settings = {
+      ...egressSettings(plan.config.egress),
+      ownListeners: ownListeners(plan.config),
+    };
+    this.egress = new Egress(settings, clock, {
       random: options.random,
       log: boot.log,
     });

@@ -20,12 +20,9 @@ import { PolicyTables, type SharedTables } from "../policy/policy_tables.ts";
 import { TenantLabels } from "../observe/tenant_label.ts";
 import { FleetStores } from "../fleet/stores.ts";
 import { inwardMessage, tenantTargets } from "../proxy/inward.ts";
-import {
-  type OwnListener,
-  ownListener,
-  PrivateAllowance,
-  refuseInternal,
-} from "../egress/destinations.ts";
+import { PrivateAllowance, refuseInternal } from "../egress/destinations.ts";
+import { type LocalMachine, readLocalMachine } from "../egress/local_machine.ts";
+import { type OwnListener, ownListener } from "../egress/own_listener.ts";
 import { splitTarget } from "../request/host.ts";
 import {
   type DescriptorLimit,
@@ -161,18 +158,18 @@ export async function planEdge<S>(
     )!;
     problem(listenerPath(listener), formatAddress(listener.address), p.message);
   }
-  // The operator's own allowances may not open a way into this process either.
+  // The operator's own allowances may not open a way into this process either, by any name.
   const own = ownListeners(config);
-  config.egress.direct.forEach((entry, index) => {
-    const target = splitTarget(entry);
-    const inward = target && ownListener(target.host, target.port, own);
-    if (inward) problem(["egress", "direct", index], entry, inwardMessage(entry, inward));
-  });
-  config.egress.allow_private.forEach((entry, index) => {
-    const target = splitTarget(entry);
-    const inward = target && ownListener(target.host, target.port, own);
-    if (inward) problem(["egress", "allow_private", index], entry, inwardMessage(entry, inward));
-  });
+  const machine = await readLocalMachine();
+  for (const field of ["direct", "allow_private"] as const) {
+    config.egress[field].forEach((entry, index) => {
+      const target = splitTarget(entry);
+      const inward = target && ownListener(target.host, target.port, own, machine);
+      if (inward) {
+        problem(["egress", field, index], entry, inwardMessage(entry, inward, machine));
+      }
+    });
+  }
 
   const lanes: PlannedLane<S>[] = [];
   for (const name of enabled) {
@@ -226,7 +223,7 @@ export async function planEdge<S>(
   }
 
   problems.push(...tenantProblems);
-  if (tenants) problems.push(...checkReach(config, tenants));
+  if (tenants) problems.push(...checkReach(config, tenants, machine));
   if (problems.length > 0 || !checked.ok || !tenants) throw new ConfigError(problems);
   return {
     config,
@@ -306,7 +303,8 @@ async function firstGeneration(config: EdgeConfig, environment: PolicyEnvironmen
   if (cached.state === "verified") {
     const texts = runtimeTextsOf(cached.files);
     const built = await buildRegistry(cached.folder, texts, undefined, environment);
-    const reachable = built.registry && checkReach(config, built.registry).length === 0;
+    const reachable = built.registry &&
+      checkReach(config, built.registry, await readLocalMachine()).length === 0;
     if (built.registry && reachable) {
       return {
         registry: built.registry,
@@ -328,18 +326,26 @@ async function firstGeneration(config: EdgeConfig, environment: PolicyEnvironmen
   };
 }
 
-/** Every proxy backend must have a way out: `egress.direct` lists it, or a SOCKS pool exists. */
-export function checkReach(config: EdgeConfig, tenants: TenantRegistry): ConfigProblem[] {
+/**
+ * Every proxy backend must have a way out (`egress.direct` lists it, or a SOCKS pool exists), and
+ * none may reach this process or an internal address the operator did not allow — judging names
+ * by where `machine` resolves them (read once per load; `readLocalMachine`).
+ */
+export function checkReach(
+  config: EdgeConfig,
+  tenants: TenantRegistry,
+  machine?: LocalMachine,
+): ConfigProblem[] {
   const direct = new Set(config.egress.direct.map((target) => target.toLowerCase()));
   const socks = config.egress.socks.length > 0;
   const own = ownListeners(config);
   const allowance = new PrivateAllowance(config.egress.allow_private);
   const problems: ConfigProblem[] = [];
   for (const { file, path, value, host, port, target } of tenantTargets(tenants)) {
-    const inward = ownListener(host, port, own);
-    const internal = inward ? undefined : refuseInternal(host, port, allowance);
+    const inward = ownListener(host, port, own, machine);
+    const internal = inward ? undefined : refuseInternal(host, port, allowance, machine);
     const message = inward
-      ? inwardMessage(target, inward)
+      ? inwardMessage(target, inward, machine)
       : internal
       ? `${internal} of ${config.file}`
       : socks || direct.has(target)

@@ -24,15 +24,24 @@ export interface AgentSettings {
   /** Idle keep-alive upstream connections are closed after this long (by the idle watch). */
   readonly idleSocketMs: number;
   /**
-   * Why a destination must not be dialled (an internal address the operator did not allow, see
-   * destinations.ts), checked before any SOCKS CONNECT or direct dial; undefined when it may be.
+   * Why a destination must not be dialled (one of this process's listeners, an internal address the
+   * operator did not allow: own_listener.ts, destinations.ts), checked before any SOCKS CONNECT or
+   * direct dial; undefined when it may be. A promise when the check reads the machine first.
    */
-  readonly refuse?: (host: string, port: number) => string | undefined;
+  readonly refuse?: (
+    host: string,
+    port: number,
+  ) => string | undefined | Promise<string | undefined>;
   /**
    * Why a tunnel a SOCKS instance made to `host:port` must not be used, given the address the
    * instance connected from (`bound`); undefined when it may.
    */
   readonly refuseBound?: (host: string, port: number, bound: string) => string | undefined;
+  /**
+   * Why a direct connection to `host:port` must not be used, given the address its socket reached
+   * (`peer`: what the system resolver made of the name); undefined when it may.
+   */
+  readonly refusePeer?: (host: string, port: number, peer: string) => string | undefined;
 }
 
 /** A destination the egress refused before dialling (not a failure of any instance or backend). */
@@ -42,6 +51,14 @@ export class EgressRefusal extends Error {
     super(reason);
     this.name = "EgressRefusal";
   }
+}
+
+/** Throws the refusal as an {@link EgressRefusal}, or goes on with `next` when there is none. */
+function refusedOr<T>(next: () => Promise<T>): (refusal: string | undefined) => Promise<T> {
+  return function refusedOrNext(refusal) {
+    if (refusal !== undefined) throw new EgressRefusal(refusal);
+    return next();
+  };
 }
 
 /** node's callback for a connection made asynchronously by `createConnection`. */
@@ -165,13 +182,14 @@ export abstract class WayAgent extends http.Agent {
   override createConnection(options: http.ClientRequestArgs, callback?: Callback): Duplex {
     const target = { host: options.host ?? "", port: Number(options.port ?? 80) };
     const refusal = this.#refuse?.(target.host, target.port);
-    if (refusal !== undefined) {
+    if (typeof refusal === "string") {
       callback?.(new EgressRefusal(refusal), LATER);
       return LATER;
     }
     const started = performance.now();
     const timeoutMs = connectLimit(options, this.#timeoutMs);
-    const opened = this.open(target, timeoutMs, handshakeSignal(options));
+    const open = () => this.open(target, timeoutMs, handshakeSignal(options));
+    const opened = refusal instanceof Promise ? refusal.then(refusedOr(open)) : open();
     const pending = secured(opened, options, { timeoutMs, started });
     this.connecting.track(pending)
       .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
@@ -186,7 +204,7 @@ export abstract class WayAgent extends http.Agent {
     target: Target,
     limits: OwnedDial,
   ): Promise<{ conn: OwnedConn; head: Uint8Array }> {
-    const refusal = this.#refuse?.(target.host, target.port);
+    const refusal = await this.#refuse?.(target.host, target.port);
     if (refusal !== undefined) throw new EgressRefusal(refusal);
     const timeoutMs = limits.timeoutMs ?? this.#timeoutMs;
     const opened = this.openOwned(target, timeoutMs, limits.signal);

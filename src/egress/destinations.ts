@@ -7,30 +7,39 @@
  * the gateway a client of its own protected listener — the lane is decided by the listener, not by
  * who connects. Two locks:
  *
- * - {@link ownListener}: at `check`, at boot and at every generation load (local folder or hub
- *   push), a backend, `egress.direct` entry or passthrough target that names a listener of this
- *   process is refused, in any spelling of the host — every loopback address, `0.0.0.0` and `::`,
- *   IPv4-mapped and -compatible IPv6, `localhost` and `*.localhost`, and the decimal, octal and hex
- *   forms of IPv4 (`2130706433`, `0177.0.0.1`, `0x7f.1`), which resolvers accept;
+ * - the own-listener lock (own_listener.ts): a destination that names a listener of this process,
+ *   in any spelling, by any name this machine resolves to itself, is refused at load and at
+ *   connect time, whatever `egress.allow_private` says;
  * - {@link internalDestination}: at connect time, before any SOCKS CONNECT or direct dial, a
  *   destination in loopback, link-local (cloud metadata `169.254.169.254` too), private, shared,
- *   unique-local or other special-purpose space is refused unless `egress.allow_private` lists it
- *   (a CIDR, or `host:port`).
+ *   unique-local or other special-purpose space, or an address of this machine's own interfaces,
+ *   is refused unless `egress.allow_private` lists it (a CIDR, or `host:port`).
  *
- * A host name is only known to be local when it is one of the local names; a name that some
- * resolver (the SOCKS server's) maps to a private address cannot be seen from here.
+ * Every spelling of a host a resolver accepts is read the same way (`readHost`: the decimal,
+ * octal and hex forms of IPv4 such as `2130706433`, `0177.0.0.1`, `0x7f.1`; IPv4-mapped and
+ * -compatible IPv6; a final dot; any case). A name is judged by where this machine resolves it
+ * without the network ({@link localResolution}): `localhost` and `*.localhost` (RFC 6761 §6.3), the
+ * machine's own host name, and every name its `/etc/hosts` maps (local_machine.ts). A name only a
+ * DNS server or the SOCKS server's resolver maps to a private address cannot be seen here; the
+ * connect-time checks of own_listener.ts catch what can be caught of it.
  *
  * @module
  */
 import { AddressSet } from "../request/cidr.ts";
 import { readHost, splitTarget } from "../request/host.ts";
+import { bareMachine, HOSTS_FILE, type LocalMachine } from "./local_machine.ts";
 import type { UpstreamTls } from "./upstream_tls.ts";
 
-const LOOPBACK = "a loopback address";
+/** What {@link internalDestination} calls a loopback address. */
+export const LOOPBACK = "a loopback address";
+/** What {@link internalDestination} calls `0.0.0.0` and `::` (both reach this machine). */
+export const UNSPECIFIED = "an unspecified address";
+/** What {@link internalDestination} calls an address of this machine's own interfaces. */
+export const OWN_ADDRESS = "an address of this machine";
 
 /** Special-purpose ranges no tenant may reach without the operator's word (RFC 6890 and kin). */
 const INTERNAL_RANGES: readonly [string, string][] = [
-  ["0.0.0.0/8", "an unspecified address"],
+  ["0.0.0.0/8", UNSPECIFIED],
   ["127.0.0.0/8", LOOPBACK],
   ["169.254.0.0/16", "a link-local address (cloud metadata lives there)"],
   ["10.0.0.0/8", "a private address"],
@@ -41,7 +50,7 @@ const INTERNAL_RANGES: readonly [string, string][] = [
   ["198.18.0.0/15", "a benchmarking address"],
   ["224.0.0.0/4", "a multicast address"],
   ["240.0.0.0/4", "a reserved address"],
-  ["::/128", "an unspecified address"],
+  ["::/128", UNSPECIFIED],
   ["::1/128", LOOPBACK],
   ["::/96", "an IPv4-compatible address"],
   ["fe80::/10", "a link-local address"],
@@ -59,15 +68,53 @@ const LOCAL_NAMES = new Set([
   "ip6-loopback",
 ]);
 
-/** True for `localhost`, `*.localhost` and the other names of this machine. */
+/** Where a name of this machine resolves: both loopback addresses. */
+const LOOPBACK_ADDRESSES: readonly string[] = Object.freeze(["127.0.0.1", "::1"]);
+
+/** True for `localhost`, `*.localhost` and the other names every resolver maps to loopback. */
 export function isLocalName(name: string): boolean {
   return LOCAL_NAMES.has(name) || name.endsWith(".localhost");
 }
 
 /**
- * Why `host` is an internal destination, or undefined when it is not (a public address, or a
- * name other than a local one).
+ * Where this machine resolves a name without asking the network: loopback for `localhost`,
+ * `*.localhost` and (when the hosts file does not list it) the machine's own host name; the hosts
+ * file's addresses for a name it lists; undefined for any other name (only a resolver could say).
  *
+ * @param name a canonical name (lower case, no final dot: `readHost`)
+ * @param machine what this machine calls itself (default: nothing beyond `localhost`)
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { localResolution } from "./destinations.ts";
+ * const machine = { hostname: "vm", hosts: new Map([["db.lan", ["10.0.0.9"]]]), addresses: new Set<string>(), unread: [] };
+ * assert.deepEqual(localResolution("db.lan", machine), ["10.0.0.9"]);
+ * assert.deepEqual(localResolution("vm", machine), ["127.0.0.1", "::1"]);
+ * assert.equal(localResolution("shop.example", machine), undefined);
+ * ```
+ */
+export function localResolution(
+  name: string,
+  machine: LocalMachine = bareMachine(),
+): readonly string[] | undefined {
+  if (isLocalName(name)) return LOOPBACK_ADDRESSES;
+  const mapped = machine.hosts.get(name);
+  if (mapped !== undefined && mapped.length > 0) return mapped;
+  return machine.hostname === name ? LOOPBACK_ADDRESSES : undefined;
+}
+
+/** Why an address (canonical) is internal, or undefined for a public address of another machine. */
+function addressClass(address: string, machine: LocalMachine): string | undefined {
+  for (const range of RANGES) if (range.set.has(address)) return range.what;
+  return machine.addresses.has(address) ? OWN_ADDRESS : undefined;
+}
+
+/**
+ * Why `host` is an internal destination, or undefined when it is not (a public address of another
+ * machine, or a name this machine does not resolve by itself). A name is as internal as the first
+ * internal address it resolves to locally.
+ *
+ * @param machine what this machine calls itself (names, interface addresses)
  * @example
  * ```ts
  * import assert from "node:assert/strict";
@@ -77,50 +124,18 @@ export function isLocalName(name: string): boolean {
  * assert.equal(internalDestination("203.0.113.9"), undefined);
  * ```
  */
-export function internalDestination(host: string): string | undefined {
+export function internalDestination(
+  host: string,
+  machine: LocalMachine = bareMachine(),
+): string | undefined {
   const read = readHost(host);
   if (!read) return "not a host any resolver reads the same way";
-  if (read.kind === "name") {
-    return isLocalName(read.canonical) ? "a name of this machine" : undefined;
-  }
-  for (const range of RANGES) if (range.set.has(read.canonical)) return range.what;
-  return undefined;
-}
-
-/** A TCP listener of this process, named as its config names it. */
-export interface OwnListener {
-  readonly hostname: string;
-  readonly port: number;
-  /** Where the config declares it, e.g. `lanes.local_health.listen[0]`. */
-  readonly name: string;
-}
-
-/**
- * The listener of this process that `host:port` reaches, if any: same port, and a host that is the
- * listener's own, any loopback address or local name, a wildcard, or — for a listener on a
- * wildcard address, which answers on every address of the machine — any internal address.
- */
-export function ownListener(
-  host: string,
-  port: number,
-  listeners: readonly OwnListener[],
-): OwnListener | undefined {
-  const read = readHost(host);
-  if (!read) return undefined;
-  for (const listener of listeners) {
-    if (listener.port !== port) continue;
-    const bound = readHost(listener.hostname)?.canonical;
-    if (read.canonical === bound) return listener;
-    if (read.kind === "name") {
-      if (isLocalName(read.canonical)) return listener;
-      continue;
-    }
-    const what = internalDestination(read.canonical);
-    if (what === undefined) continue;
-    const reachesAll = bound === "0.0.0.0" || bound === "::";
-    if (reachesAll || what === LOOPBACK || what === "an unspecified address") {
-      return listener;
-    }
+  if (read.kind === "address") return addressClass(read.canonical, machine);
+  const addresses = localResolution(read.canonical, machine);
+  if (addresses === LOOPBACK_ADDRESSES) return "a name of this machine";
+  for (const address of addresses ?? []) {
+    const what = addressClass(address, machine);
+    if (what !== undefined) return `a name ${HOSTS_FILE} maps to ${address}, ${what}`;
   }
   return undefined;
 }
@@ -148,16 +163,15 @@ export class PrivateAllowance {
 
   /**
    * True when the operator allowed `host:port`: listed as that target, or an address in a listed
-   * range, or `localhost` (and `*.localhost`) when both loopback addresses are in a listed range.
+   * range, or a name whose every local address (`localhost`: both loopback addresses) is in one.
    */
-  allows(host: string, port: number): boolean {
+  allows(host: string, port: number, machine: LocalMachine = bareMachine()): boolean {
     const read = readHost(host);
     if (!read) return false;
     if (this.#targets.has(`${read.canonical}:${port}`)) return true;
     if (read.kind === "address") return this.#ranges.has(read.canonical);
-    // A name of this machine resolves to loopback, either family: both must be allowed.
-    return isLocalName(read.canonical) && this.#ranges.has("127.0.0.1") &&
-      this.#ranges.has("::1");
+    const addresses = localResolution(read.canonical, machine);
+    return addresses !== undefined && addresses.every((address) => this.#ranges.has(address));
   }
 }
 
@@ -169,37 +183,16 @@ export function refuseInternal(
   host: string,
   port: number,
   allowance: PrivateAllowance,
+  machine: LocalMachine = bareMachine(),
 ): string | undefined {
-  const what = internalDestination(host);
-  if (what === undefined || allowance.allows(host, port)) return undefined;
-  const shown = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
-  return `Destination ${shown} is ${what}, not in egress.allow_private`;
+  const what = internalDestination(host, machine);
+  if (what === undefined || allowance.allows(host, port, machine)) return undefined;
+  return `Destination ${showTarget(host, port)} is ${what}, not in egress.allow_private`;
 }
 
-/**
- * Refuses a SOCKS tunnel that reached this machine: the instance reports the address it connected
- * from, and a loopback one means the destination (whatever name it was asked for) is on this
- * machine — perhaps this very gateway. Allowed when the operator allowed the destination, or
- * loopback, in `egress.allow_private`. A private source address is normal behind NAT and says
- * nothing; Tor reports no address at all.
- *
- * @param host the destination as asked for
- * @param bound the reply's BND.ADDR
- */
-export function refuseLoopbackTunnel(
-  host: string,
-  port: number,
-  bound: string,
-  allowance: PrivateAllowance,
-): string | undefined {
-  const read = readHost(bound);
-  if (!read || read.kind !== "address" || internalDestination(read.canonical) !== LOOPBACK) {
-    return undefined;
-  }
-  if (allowance.allows(host, port) || allowance.allows(read.canonical, port)) return undefined;
-  const shown = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
-  return `The SOCKS instance reached ${shown} from ${read.canonical}: it is on this machine, ` +
-    "not in egress.allow_private";
+/** `host:port`, an IPv6 host in brackets. */
+export function showTarget(host: string, port: number): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
 /** A proxy backend, parsed from its URL. */

@@ -9,7 +9,7 @@
  */
 import net from "node:net";
 import type { Duplex } from "node:stream";
-import { type Target, WayAgent } from "./agents.ts";
+import { type AgentSettings, EgressRefusal, type Target, WayAgent } from "./agents.ts";
 
 /** Why a direct connection failed, so it can be classified like a SOCKS failure. */
 export class DirectConnectError extends Error {
@@ -30,13 +30,25 @@ export class DirectConnectError extends Error {
   }
 }
 
-/** Opens connections straight to `direct` targets (each one a granted `--allow-net` entry). */
+/**
+ * Opens connections straight to `direct` targets (each one a granted `--allow-net` entry). The
+ * system resolver turns a target's name into an address only as the socket connects, so the
+ * address the socket reached is judged too (`refusePeer`) before anything is written on it.
+ */
 export class DirectAgent extends WayAgent {
   readonly ownable = true;
+  readonly #refusePeer?: AgentSettings["refusePeer"];
+
+  /** @param settings connect timeout, idle keep-alive time, the destination and peer checks */
+  constructor(settings: AgentSettings) {
+    super(settings);
+    this.#refusePeer = settings.refusePeer;
+  }
 
   /** A TCP connection to the target. */
-  protected open(target: Target, timeoutMs: number, signal?: AbortSignal): Promise<Duplex> {
-    return connectDirect(target, { connectTimeoutMs: timeoutMs }, signal);
+  protected async open(target: Target, timeoutMs: number, signal?: AbortSignal): Promise<Duplex> {
+    const socket = await connectDirect(target, { connectTimeoutMs: timeoutMs }, signal);
+    return checkedPeer(socket, target, this.#refusePeer);
   }
 
   /** The same TCP connection as a `Deno.TcpConn`. */
@@ -45,8 +57,31 @@ export class DirectAgent extends WayAgent {
     timeoutMs: number,
     signal?: AbortSignal,
   ): Promise<{ conn: Deno.TcpConn; head: Uint8Array }> {
-    return { conn: await dialDirect(target, timeoutMs, signal), head: new Uint8Array(0) };
+    const conn = await dialDirect(target, timeoutMs, signal);
+    const refusal = this.#refusePeer?.(target.host, target.port, conn.remoteAddr.hostname);
+    if (refusal !== undefined) {
+      conn.close();
+      throw new EgressRefusal(refusal);
+    }
+    return { conn, head: new Uint8Array(0) };
   }
+}
+
+/**
+ * The connected socket, unless `refusePeer` refuses the address it reached: then it is destroyed
+ * before a byte is written and the refusal is thrown.
+ *
+ * @throws {EgressRefusal}
+ */
+export function checkedPeer<S extends net.Socket>(
+  socket: S,
+  target: Target,
+  refusePeer: AgentSettings["refusePeer"],
+): S {
+  const refusal = refusePeer?.(target.host, target.port, socket.remoteAddress ?? "");
+  if (refusal === undefined) return socket;
+  socket.destroy();
+  throw new EgressRefusal(refusal);
 }
 
 /**

@@ -9,8 +9,15 @@
 import type { Backend } from "./destinations.ts";
 import type { Duplex } from "node:stream";
 import { type AgentSettings, EgressRefusal, type WayAgent } from "./agents.ts";
-import { connectDirect, DirectAgent, DirectConnectError } from "./direct_agent.ts";
-import { PrivateAllowance, refuseInternal, refuseLoopbackTunnel } from "./destinations.ts";
+import { checkedPeer, connectDirect, DirectAgent, DirectConnectError } from "./direct_agent.ts";
+import { PrivateAllowance, refuseInternal } from "./destinations.ts";
+import { MachineView } from "./local_machine.ts";
+import {
+  type OwnListener,
+  refuseLoopbackTunnel,
+  refuseOwnDestination,
+  refusePeer,
+} from "./own_listener.ts";
 import { PoolView } from "./pool_view.ts";
 import { SocksError } from "./socks5.ts";
 import { type SocksEntry, SocksWays } from "./socks_ways.ts";
@@ -33,6 +40,13 @@ export interface EgressSettings extends AgentSettings {
   readonly direct: readonly string[];
   /** Internal destinations tenants may reach (`egress.allow_private`): CIDRs, host:port. */
   readonly allowPrivate?: readonly string[];
+  /**
+   * This process's TCP listeners: no connection may land on one, whatever `allowPrivate` says
+   * (own_listener.ts). Default none.
+   */
+  readonly ownListeners?: readonly OwnListener[];
+  /** How this machine's names and addresses are read before each dial (default: read afresh). */
+  readonly machine?: MachineView;
   readonly bodyIdleMs: number;
   /**
    * Plain-HTTP exchanges without a request body run on connections the gateway reads itself
@@ -83,8 +97,9 @@ export class Egress {
   readonly #ways: SocksWays;
   readonly #random: () => number;
   readonly #clock: () => number;
-  readonly #refuse: (host: string, port: number) => string | undefined;
+  readonly #refuse: (host: string, port: number) => Promise<string | undefined>;
   readonly #refuseBound: (host: string, port: number, bound: string) => string | undefined;
+  readonly #refusePeer: (host: string, port: number, peer: string) => string | undefined;
   #retries = 0;
   #budgetRefusals = 0;
   #probes = 0;
@@ -119,9 +134,23 @@ export class Egress {
 
     this.#direct = new Set(settings.direct.map((target) => target.toLowerCase()));
     const allowance = new PrivateAllowance(settings.allowPrivate ?? []);
-    this.#refuse = (host, port) => refuseInternal(host, port, allowance);
-    this.#refuseBound = (host, port, bound) => refuseLoopbackTunnel(host, port, bound, allowance);
-    const guarded = { ...settings, refuse: this.#refuse, refuseBound: this.#refuseBound };
+    const own = settings.ownListeners ?? [];
+    const view = settings.machine ?? new MachineView(undefined, { clock });
+    this.#refuse = async function refuseDestination(host, port) {
+      const machine = await view.current();
+      return refuseOwnDestination(host, port, own, machine) ??
+        refuseInternal(host, port, allowance, machine);
+    };
+    this.#refuseBound = (host, port, bound) =>
+      refuseLoopbackTunnel(host, port, bound, allowance, own);
+    // The direct socket's peer is judged with the machine the destination check just read.
+    this.#refusePeer = (host, port, peer) => refusePeer(host, port, peer, own, view.latest());
+    const guarded = {
+      ...settings,
+      refuse: this.#refuse,
+      refuseBound: this.#refuseBound,
+      refusePeer: this.#refusePeer,
+    };
     this.#directAgent = new DirectAgent(guarded);
     this.#ways = new SocksWays(settings.socks, guarded, {
       transport: settings.transport,
@@ -335,10 +364,14 @@ export class Egress {
   async connectRaw(
     target: { host: string; port: number; target: string; tenant?: string },
   ): Promise<Duplex> {
-    const refusal = this.#refuse(target.host, target.port);
+    const refusal = await this.#refuse(target.host, target.port);
     if (refusal !== undefined) throw new EgressRefusal(refusal);
     if (this.#direct.has(target.target)) {
-      const socket = await connectDirect(target, this.settings);
+      const socket = checkedPeer(
+        await connectDirect(target, this.settings),
+        target,
+        this.#refusePeer,
+      );
       this.holdTunnel(socket);
       return socket;
     }

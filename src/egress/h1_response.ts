@@ -8,8 +8,9 @@
  *
  * Strict, because the gateway relays what it parses and a response it frames differently from the
  * upstream is a desynchronised connection: CRLF line ends only, no obs-fold, no control bytes in
- * values, HTTP/1.0 or HTTP/1.1 only; Content-Length only as digits (an identical list is one
- * value, RFC 9110 §8.6); Transfer-Encoding only as a single `chunked`, never beside Content-Length
+ * values, HTTP/1.0 or HTTP/1.1 only; Content-Length only as digits (an identical list, or identical
+ * fields, are one value, RFC 9110 §8.6 — compared as written, as h11 compares them, so `01` and `1`
+ * conflict; {@link agreedLength}); Transfer-Encoding only as a single `chunked`, never beside Content-Length
  * and never on HTTP/1.0 (RFC 9112 §6.1). Any breach is a {@link ResponseFramingError}: the
  * exchange fails and the connection is not reused.
  *
@@ -190,21 +191,45 @@ function members(value: string): string[] {
   return value.split(",").map((member) => member.replace(/^[ \t]+|[ \t]+$/g, ""));
 }
 
+/**
+ * The one decimal value a response's Content-Length fields agree on (RFC 9110 §8.6: a list of
+ * identical values, or several identical fields, may be taken as that one value, and a proxy
+ * forwards it as one value), without leading zeros; null when a member is not 1*DIGIT, or two
+ * members differ as written (`1, 2`, or `01` beside `1`: h11 refuses both; RFC 9112 §6.3 says such
+ * a response is unrecoverable).
+ *
+ * @param values every Content-Length field value of the message, in order
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { agreedLength } from "./h1_response.ts";
+ * assert.equal(agreedLength(["1, 1"]), "1");
+ * assert.equal(agreedLength(["007", "007"]), "7");
+ * assert.equal(agreedLength(["1", "2"]), null);
+ * assert.equal(agreedLength(["01", "1"]), null);
+ * ```
+ */
+export function agreedLength(values: readonly string[]): string | null {
+  let agreed: string | undefined;
+  for (const value of values) {
+    for (const member of members(value)) {
+      if (!/^[0-9]+$/.test(member) || (agreed !== undefined && member !== agreed)) return null;
+      agreed = member;
+    }
+  }
+  return agreed === undefined ? null : agreed.replace(/^0+(?=[0-9])/, "");
+}
+
 /** The body's framing and whether the connection stays open (RFC 9112 §6.3, §9.3). */
 function frameOf(method: string, status: number, minor: 0 | 1, rawHeaders: readonly string[]) {
-  let length: string | undefined;
+  const lengths: string[] = [];
   let chunked = false;
   let close = false;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i].toLowerCase();
     const value = rawHeaders[i + 1];
     if (name === "content-length") {
-      for (const member of members(value)) {
-        if (!/^[0-9]+$/.test(member) || (length !== undefined && member !== length)) {
-          throw headError(`Invalid or conflicting Content-Length ${quoted(value)}`);
-        }
-        length = member;
-      }
+      lengths.push(value);
     } else if (name === "transfer-encoding") {
       for (const coding of members(value)) {
         if (coding.toLowerCase() !== "chunked") {
@@ -216,6 +241,10 @@ function frameOf(method: string, status: number, minor: 0 | 1, rawHeaders: reado
     } else if (name === "connection") {
       close ||= members(value).some((token) => token.toLowerCase() === "close");
     }
+  }
+  const length = lengths.length === 0 ? undefined : agreedLength(lengths);
+  if (length === null) {
+    throw headError(`Invalid or conflicting Content-Length ${quoted(lengths.join(", "))}`);
   }
   if (chunked && length !== undefined) throw headError("Both Transfer-Encoding and Content-Length");
   if (chunked && minor === 0) throw headError("Transfer-Encoding on an HTTP/1.0 response");

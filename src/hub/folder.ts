@@ -9,8 +9,9 @@
 import { type FileSet, hashFileSet, readFileSet, runtimeTextsOf } from "../config/file_set.ts";
 import { ConfigStore } from "../live/generations.ts";
 import { ConfigError } from "../config/problems.ts";
-import { inwardProblems } from "../proxy/inward.ts";
-import type { OwnListener } from "../egress/destinations.ts";
+import { inwardProblems, inwardProblemsNow } from "../proxy/inward.ts";
+import type { OwnListener } from "../egress/own_listener.ts";
+import { readLocalMachine } from "../egress/local_machine.ts";
 import { Tracing } from "../observe/tracing.ts";
 import { type FolderRead, readStableFolder } from "../live/runtime_watch.ts";
 import { BootError } from "../boot/boot_error.ts";
@@ -34,7 +35,7 @@ export async function loadFirstGeneration(config: HubConfig): Promise<ConfigStor
   const built = await buildRegistry(config.runtimeDir, texts);
   if (!built.registry) throw new ConfigError(built.problems);
   const own = ownListeners(config);
-  const inward = inwardProblems(built.registry, own);
+  const inward = inwardProblems(built.registry, own, await readLocalMachine());
   if (inward.length > 0) throw new ConfigError(inward);
   return new ConfigStore({
     number: 1,
@@ -45,7 +46,7 @@ export async function loadFirstGeneration(config: HubConfig): Promise<ConfigStor
     registry: built.registry,
     texts,
     files: first.files,
-  }, (registry) => inwardProblems(registry, own));
+  }, (registry) => inwardProblemsNow(registry, own));
 }
 
 /** The hub's own TCP listeners, which no tenant set it serves may aim at (edges check theirs). */

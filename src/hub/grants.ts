@@ -5,7 +5,7 @@
  * @module
  */
 import type { Grant } from "../boot/flags.ts";
-import { CODE_GRANTS } from "../boot/flags.ts";
+import { CODE_GRANTS, LOCAL_MACHINE_GRANTS } from "../boot/flags.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import type { CaFiles } from "../trust/ca.ts";
 import { poolGrants } from "../torpool/config.ts";
@@ -67,7 +67,8 @@ export function hubGrants(config: HubConfig): Grant[] {
     grants.push({ ...grant, purpose: `embedded Tor pool: ${grant.purpose}` });
   }
   if (config.doors) grants.push(...doorsGrants(config.doors));
-  return [...grants, ...CODE_GRANTS];
+  // What the check of its tenant sets against its own listeners reads of the machine.
+  return [...grants, ...LOCAL_MACHINE_GRANTS, ...CODE_GRANTS];
 }
 
 /**

@@ -118,7 +118,7 @@ export class ConfigStore {
   #current: Generation;
   #rejected?: Rejection;
   #queue: Promise<unknown> = Promise.resolve();
-  readonly #check: (registry: TenantRegistry) => ConfigProblem[];
+  readonly #check: (registry: TenantRegistry) => ConfigProblem[] | Promise<ConfigProblem[]>;
   readonly #listeners = new Set<(generation: Generation) => void>();
   readonly #statusListeners = new Set<() => void>();
   /** Counts decisions, so "a good load after the last rejection" needs no clock. */
@@ -140,7 +140,7 @@ export class ConfigStore {
    */
   constructor(
     first: Generation,
-    check: (registry: TenantRegistry) => ConfigProblem[] = () => [],
+    check: (registry: TenantRegistry) => ConfigProblem[] | Promise<ConfigProblem[]> = () => [],
     sharing?: StoreSharing,
   ) {
     this.#current = first;
@@ -179,7 +179,7 @@ export class ConfigStore {
   > {
     const next = this.#queue.then(async () => {
       const built = await buildSafely(offer.dir, offer.texts, this.current.registry);
-      const problems = built.registry ? this.#check(built.registry) : built.problems;
+      const problems = built.registry ? await this.#check(built.registry) : built.problems;
       if (problems.length > 0 || !built.registry) return problems;
       this.#prepared.set(offer.number, {
         number: offer.number,
@@ -297,7 +297,7 @@ export class ConfigStore {
     }
     const number = offer.number ?? live.number + 1;
     const built = await buildSafely(offer.dir, offer.texts, live.registry);
-    const problems = built.registry ? this.#check(built.registry) : built.problems;
+    const problems = built.registry ? await this.#check(built.registry) : built.problems;
     if (!built.registry || problems.length > 0) {
       return this.#recordRejection({
         at: Date.now(),

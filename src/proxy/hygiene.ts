@@ -19,6 +19,11 @@
  *   frames nothing for GET, HEAD, OPTIONS or DELETE unless told). Downstream, Content-Length
  *   passes unless the response also named Transfer-Encoding (then the body was chunked and its
  *   length is whatever was decoded): a stale length would desynchronise the client's connection.
+ *   It passes as one field with one decimal value (RFC 9110 §8.6: a recipient may take a list of
+ *   identical values as one, and a proxy that does must forward one value): `1, 1`, two equal
+ *   fields and `007` reach the client as `1` and `7`, in the first field's place and spelling.
+ *   Values that do not agree never get here (both upstream parsers refuse the head, a 502); were
+ *   they to, no length is written and the client's framing is the gateway's own.
  *   Content-Length is never removed by a Connection token: RFC 9110 §7.6.1 forbids naming a field
  *   meant for all recipients.
  * - Upgrade (RFC 9110 §7.8): a protocol switch being tunnelled keeps its Upgrade field(s) and gets
@@ -48,6 +53,7 @@
  * @module
  */
 import { DEFAULT_CLIENT_IP_HEADERS, walkChain } from "../request/client_ip_headers.ts";
+import { agreedLength } from "../egress/h1_response.ts";
 import type { BodyFraming } from "../request/head.ts";
 import { type AddressSet, canonicalAddress } from "../request/cidr.ts";
 
@@ -144,6 +150,8 @@ interface Scan {
   readonly via: string[];
   /** True when a Transfer-Encoding field is present. */
   readonly chunked: boolean;
+  /** The one value the Content-Length fields agree on; null when they do not; undefined: none. */
+  readonly length?: string | null;
 }
 
 /**
@@ -278,6 +286,7 @@ function scan(raw: readonly string[], clientIp: ReadonlySet<string>): Scan {
   const via: string[] = [];
   let forwardedProto: string | undefined;
   let chunked = false;
+  let lengths: string[] | undefined;
   for (let index = 0; index < raw.length; index += 2) {
     const lower = raw[index].toLowerCase();
     const name = normalize(lower);
@@ -289,8 +298,10 @@ function scan(raw: readonly string[], clientIp: ReadonlySet<string>): Scan {
     else if (lower === "x-forwarded-proto") forwardedProto = raw[index + 1];
     else if (kind === VIA) via.push(raw[index + 1]);
     else if (lower === "transfer-encoding") chunked = true;
+    else if (kind === LENGTH) (lengths ??= []).push(raw[index + 1]);
   }
-  return { names, kinds, nominated, forwardedFor, forwardedProto, via, chunked };
+  const length = lengths && agreedLength(lengths);
+  return { names, kinds, nominated, forwardedFor, forwardedProto, via, chunked, length };
 }
 
 /** Reads "_" as "-" in a lower-case name. */
@@ -316,8 +327,9 @@ function addTokens(into: Set<string>, value: string): void {
 
 /**
  * Copies the fields a direction keeps into `out`, in order. An Upgrade field is kept exactly when
- * `upgrade` is set; Content-Length ignores Connection tokens and goes when the message was
- * chunked; Via is written separately.
+ * `upgrade` is set; Content-Length ignores Connection tokens, goes when the message was chunked,
+ * and is written once, with the value its fields agree on (none when they do not); Via is written
+ * separately.
  *
  * @returns true when an Upgrade field was kept
  */
@@ -328,14 +340,19 @@ function keep(
   upgrade: boolean,
   out: string[],
 ): boolean {
-  const { names, kinds, nominated, chunked } = scanned;
+  const { names, kinds, nominated, chunked, length } = scanned;
   let upgraded = false;
+  let lengthWritten = false;
   for (let header = 0; header < kinds.length; header++) {
     const kind = kinds[header];
+    if (kind === LENGTH) {
+      if (!keeps[kind] || chunked || typeof length !== "string" || lengthWritten) continue;
+      out.push(raw[header * 2], length);
+      lengthWritten = true;
+      continue;
+    }
     const kept = kind === UPGRADE
       ? upgrade
-      : kind === LENGTH
-      ? keeps[kind] && !chunked
       : kind !== VIA && keeps[kind] && (nominated.size === 0 || !nominated.has(names[header]));
     if (!kept) continue;
     out.push(raw[header * 2], raw[header * 2 + 1]);

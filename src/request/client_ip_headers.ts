@@ -1,9 +1,44 @@
 /**
- * The client-address claims a gateway must not pass on from just anyone. Frameworks and CDNs read
- * these as "the client's address" (Akamai's True-Client-IP, Cloudflare's CF-Connecting-IP,
- * Fastly's Fastly-Client-IP, Rails' and Express's X-Client-IP and Client-IP, …), so a client that
- * writes one can pose as any address to an upstream that believes it. They pass only from a
+ * The client-address claims a gateway must not pass on from just anyone. Frameworks, CDNs and
+ * proxies read these as "the client's address", so a client that writes one can pose as any
+ * address — or as an internal caller — to an upstream that believes it. They pass only from a
  * trusted proxy; the configurable list (`forwarding.client_ip_headers`) defaults to this one.
+ * X-Forwarded-* (every name with that prefix), X-Real-IP and Forwarded (RFC 7239) are not in it:
+ * the gateway drops those from everyone and writes its own (proxy/hygiene.ts).
+ *
+ * Where each name comes from (the proxies and CDNs that set it, the frameworks that trust it):
+ *
+ * - `true-client-ip`: Akamai, and Cloudflare Enterprise's "True-Client-IP Header" setting;
+ *   CloudFront's documented function example adds it.
+ * - `cf-connecting-ip`, `cf-connecting-ipv6`, `cf-pseudo-ipv4`: Cloudflare ("Cloudflare HTTP
+ *   headers", developers.cloudflare.com/fundamentals/reference/http-headers).
+ * - `fastly-client-ip`: Fastly (its HTTP header reference: "not protected from modification at the
+ *   edge… if a client sets this header themselves, we will use it").
+ * - `x-envoy-external-address`, `x-envoy-internal`: Envoy, which sets both from the trusted client
+ *   address and sanitizes them on external requests ("HTTP header sanitizing"); an Envoy behind the
+ *   gateway that reads them would take a client's word for its address, or for being internal.
+ * - `x-proxyuser-ip`: Google's front-end proxies; Yii 2's guide ("Trusted proxies and headers")
+ *   names it as a proxy's client-address header.
+ * - `cloudfront-viewer-address`: Amazon CloudFront (`ip:port` of the viewer).
+ * - `x-azure-clientip`, `x-azure-socketip`: Azure Front Door ("Protocol support for HTTP headers").
+ * - `fly-client-ip`: Fly.io ("Request headers"); `do-connecting-ip`: DigitalOcean App Platform;
+ *   `x-appengine-user-ip`, `x-appengine-remote-addr`: Google App Engine (its Go SDK reads both);
+ *   `x-nf-client-connection-ip`: Netlify; `x-vercel-forwarded-for`: Vercel.
+ * - `incap-client-ip`: Imperva (Incapsula); `x-sucuri-clientip`: Sucuri.
+ * - `wl-proxy-client-ip`, `proxy-client-ip`: the WebLogic proxy plug-in (WebLogic's
+ *   `weblogic-plugin-enabled` makes `getRemoteAddr` return WL-Proxy-Client-IP) and Apache/Tomcat
+ *   setups that copy it.
+ * - `x-client-ip`, `client-ip`, `x-cluster-client-ip`, `x-forwarded`, `forwarded-for`: the
+ *   headers the request-ip package (Node), tomasen/realip (Go) and Rails' `remote_ip` walk, beside
+ *   X-Forwarded-For (`x-forwarded` and `forwarded-for` are not caught by the X-Forwarded- prefix).
+ * - `x-original-forwarded-for`: ingress-nginx, which keeps the inbound X-Forwarded-For there.
+ * - `x-originating-ip`, `x-remote-ip`, `x-remote-addr`: Microsoft mail front ends and the
+ *   IP-spoofing lists of access-control bypass scanners (which also carry X-ProxyUser-Ip).
+ *
+ * nginx (`real_ip_header`, default X-Real-IP), HAProxy (`option forwardfor`: X-Forwarded-For, and
+ * `option originalto`: X-Original-To, the destination, not the client), Traefik (`forwardedHeaders`:
+ * X-Forwarded-* and X-Real-Ip) and Caddy (`trusted_proxies`, `client_ip_headers`: X-Forwarded-For
+ * by default) trust only the headers the gateway already rebuilds.
  *
  * @module
  */
@@ -14,6 +49,8 @@ export const DEFAULT_CLIENT_IP_HEADERS: readonly string[] = Object.freeze([
   "true-client-ip",
   "x-client-ip",
   "cf-connecting-ip",
+  "cf-connecting-ipv6",
+  "cf-pseudo-ipv4",
   "x-cluster-client-ip",
   "client-ip",
   "fastly-client-ip",
@@ -21,6 +58,24 @@ export const DEFAULT_CLIENT_IP_HEADERS: readonly string[] = Object.freeze([
   "x-remote-ip",
   "x-remote-addr",
   "x-original-forwarded-for",
+  "x-proxyuser-ip",
+  "x-envoy-external-address",
+  "x-envoy-internal",
+  "cloudfront-viewer-address",
+  "x-azure-clientip",
+  "x-azure-socketip",
+  "fly-client-ip",
+  "do-connecting-ip",
+  "x-appengine-user-ip",
+  "x-appengine-remote-addr",
+  "x-nf-client-connection-ip",
+  "x-vercel-forwarded-for",
+  "incap-client-ip",
+  "x-sucuri-clientip",
+  "wl-proxy-client-ip",
+  "proxy-client-ip",
+  "x-forwarded",
+  "forwarded-for",
 ]);
 
 /**
