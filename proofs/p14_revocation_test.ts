@@ -67,9 +67,13 @@ function revokedLineTime(stderr: string): number {
   return at;
 }
 
-/** Hands the edge a fresh secret made by `hub add-node` (mode 0600). */
-async function provision(hub: HubProcess, edgeDir: string): Promise<void> {
-  const added = await runCli(CA_FLAGS, ["hub", "add-node", hub.config, "edge-1"]);
+/**
+ * Hands the edge a fresh secret made by `hub add-node` (mode 0600); `--reprovision` for an id
+ * revoked before (a new incarnation: its old certificates stay refused).
+ */
+async function provision(hub: HubProcess, edgeDir: string, again = false): Promise<void> {
+  const args = ["hub", "add-node", hub.config, "edge-1", ...(again ? ["--reprovision"] : [])];
+  const added = await runCli(CA_FLAGS, args);
   assert.equal(added.code, 0, added.stderr);
   await Deno.copyFile(`${hub.dir}/ca/secrets/edge-1.secret`, `${edgeDir}/node.secret`);
   await Deno.chmod(`${edgeDir}/node.secret`, 0o600);
@@ -183,9 +187,13 @@ boundedTest(
       assert.match(again.stderr, /revoked by its hub/);
       assert.equal((await hub.status()).nodes.find((n) => n.node_id === "edge-1")!.polls, polls);
 
-      // Provisioned anew (old certificate removed, a new secret): it registers and serves.
+      // Provisioned anew (old certificate removed, a new secret for a new incarnation — a plain
+      // add-node on a revoked id refuses): it registers and serves.
+      const plain = await runCli(CA_FLAGS, ["hub", "add-node", hub.config, "edge-1"]);
+      assert.equal(plain.code, 1);
+      assert.match(plain.stderr, /is revoked.*--reprovision/);
       await Deno.remove(`${edgeDir.dir}/node.crt`);
-      await provision(hub, edgeDir.dir);
+      await provision(hub, edgeDir.dir, true);
       const back = await Gateway.start(edgeDir, ports, [...edge.flags]);
       edge = back;
       await waitFor(() => getFrom(back, "site.test"), (r) => r.status === 200, 10_000);

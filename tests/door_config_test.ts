@@ -161,8 +161,11 @@ Deno.test("doorGrants() is exactly the listeners, the hub, and the door's own fi
       "--allow-read=/etc/portcullis/door.yaml,/etc/portcullis/cover.html," +
       "/etc/portcullis/pki/door.crt,/etc/portcullis/pki/door.key,/etc/portcullis/pki/ca.crt," +
       "/etc/portcullis/pki/n.crt,/etc/portcullis/pki/n.key,/etc/portcullis/cache," +
-      "/etc/portcullis/pki/n.secret " +
-      "--allow-write=/etc/portcullis/cache,/etc/portcullis/pki/n.crt,/etc/portcullis/pki/n.key," +
+      // Registration and renewal write the pair through .new files (issue 31: a door's flags
+      // lacked them and it could not register).
+      "/etc/portcullis/pki/n.crt.new,/etc/portcullis/pki/n.key.new,/etc/portcullis/pki/n.secret " +
+      "--allow-write=/etc/portcullis/cache,/etc/portcullis/pki/n.crt," +
+      "/etc/portcullis/pki/n.crt.new,/etc/portcullis/pki/n.key,/etc/portcullis/pki/n.key.new," +
       "/etc/portcullis/pki/n.secret --ignore-env=LOG_STREAM,LOG_TOKENS",
   );
 });

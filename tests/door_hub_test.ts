@@ -32,6 +32,9 @@ async function doorHub(): Promise<FleetHub> {
   );
   const fleet = await startFleetHub({
     holdMs: 10_000,
+    // The door renews right after it registers (renew_before_days 400 below): no limit here.
+    renewBeforeDays: 400,
+    renewIntervalSeconds: 0,
     edit(config) {
       config.doors = { mirrors_dir: `${dir}/mirrors`, slugs_file: `${dir}/slugs.yaml` };
     },

@@ -39,6 +39,11 @@ Deno.test("hub config: ca defaults every client CA to the fleet root; without ca
   const config = resolveHub(HUB);
   assert.equal(config.api.tls!.clientCaFile, "/etc/portcullis/ca/root.crt");
   assert.equal(config.ca!.lifetimeDays, 365);
+  // Renewal within 30 days of the end (the nodes' default), at most hourly; retry for 10 min.
+  assert.deepEqual(
+    [config.ca!.renewBeforeDays, config.ca!.renewIntervalMs, config.ca!.retryWindowMs],
+    [30, 3_600_000, 600_000],
+  );
   assert.equal(config.revocationReloadMs, 60_000);
   const withoutCa = { ...HUB, ca: undefined };
   assert.deepEqual(await hubProblems(withoutCa), [
@@ -62,9 +67,12 @@ Deno.test("hub flags: the CA's certificates, intermediate key and CRL; issued/ a
   for (const file of ["root.crt", "intermediate.crt", "intermediate.key", "crl.pem"]) {
     assert.match(flags, new RegExp(`--allow-read=[^ ]*/etc/portcullis/ca/${file}`), file);
   }
-  for (const folder of ["issued", "secrets"]) {
+  for (const folder of ["issued", "secrets", "nodes"]) {
     assert.match(flags, new RegExp(`--allow-write=[^ ]*/etc/portcullis/ca/${folder}`), folder);
   }
+  // The markers hub revoke writes: read, never written by the hub.
+  assert.match(flags, /--allow-read=[^ ]*\/etc\/portcullis\/ca\/revoked/);
+  assert.doesNotMatch(flags, /--allow-write=[^ ]*\/etc\/portcullis\/ca\/revoked/);
   assert.doesNotMatch(flags, /root\.key/);
   assert.doesNotMatch(flags, /\/etc\/portcullis\/ca(,| |$)/, "never the whole CA folder");
 });

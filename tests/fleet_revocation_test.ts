@@ -12,7 +12,7 @@ import { startTestHub } from "./fixtures/hub_in_process.ts";
 import { waitFor } from "./fixtures/in_process.ts";
 import type { IncomingMessage } from "node:http";
 import { tokenAuth } from "../src/hub/auth.ts";
-import { initCa, loadIssuer } from "../src/trust/ca.ts";
+import { certificateSerial, initCa, loadIssuer } from "../src/trust/ca.ts";
 import { revokeNode, writeCrl } from "../src/trust/crl.ts";
 
 boundedTest(
@@ -73,6 +73,31 @@ boundedTest(
       one.close();
       await fleet.dispose();
       await Deno.remove(other, { recursive: true });
+    }
+  },
+  30_000,
+);
+
+boundedTest(
+  "revocation: one certificate the CRL lists is refused though its node is not revoked",
+  async () => {
+    const fleet = await startFleetHub({ renewBeforeDays: 400, renewIntervalSeconds: 0 });
+    const first = await fleet.enrol("edge-1");
+    const renewed = await fleet.renew("edge-1", first);
+    const old = fleet.client(first);
+    const current = fleet.client(renewed.credentials);
+    try {
+      // The superseded certificate alone is withdrawn (no marker: the node stays).
+      const issuer = await loadIssuer(fleet.files.dir);
+      const serial = certificateSerial(first.chainPem);
+      await writeCrl(issuer, [{ serial, at: new Date(), reason: "superseded" }]);
+      await fleet.test.hub.lookForRevocations();
+      assert.equal((await fleet.poll("edge-1", old)).body.error?.code, "node_revoked");
+      assert.equal((await fleet.poll("edge-1", current)).status, 200);
+    } finally {
+      old.close();
+      current.close();
+      await fleet.dispose();
     }
   },
   30_000,

@@ -9,9 +9,9 @@ import assert from "node:assert/strict";
 import { EventEmitter } from "node:events";
 import type { ServerResponse } from "node:http";
 import { DoorFeed } from "../src/hub/mirrors/feed.ts";
-import { DoorService, doorStreamRoute } from "../src/hub/mirrors/service.ts";
+import { doorStreamRoute } from "../src/hub/mirrors/service.ts";
 import { type DoorMirror, type DoorView, hashView, sortedView } from "../src/hub/mirrors/view.ts";
-import { SAYS, ScriptedClient, startDoorHub } from "./fixtures/door.ts";
+import { SAYS, startDoorHub } from "./fixtures/door.ts";
 
 function mirror(host: string, verdict: DoorMirror["verdict"] = "live"): DoorMirror {
   return { host, region: "DE", verdict, checked_at: null };
@@ -141,29 +141,4 @@ Deno.test("DoorService: verdicts from the client, status without slugs, the stre
   } finally {
     await hub.dispose();
   }
-});
-
-Deno.test("DoorService.isDoorNode(): the nodes list when set, else the node's type", () => {
-  const base = {
-    mirrorsDir: "m",
-    slugsFile: "s",
-    watch: false,
-    debounceMs: 10,
-    history: 2,
-    prober: {
-      enabled: false,
-      client: "check_host" as const,
-      intervalMs: 1,
-      regions: [],
-      timeoutMs: 1,
-    },
-  };
-  const log = () => {};
-  const open = new DoorService(base, { log, holdMs: 1, client: new ScriptedClient() });
-  assert.equal(open.isDoorNode("door-1", "door"), true);
-  assert.equal(open.isDoorNode("edge-1", "edge"), false);
-  assert.equal(open.isDoorNode("door-1"), false);
-  const listed = new DoorService({ ...base, nodes: ["door-1"] }, { log, holdMs: 1 });
-  assert.equal(listed.isDoorNode("door-1"), true);
-  assert.equal(listed.isDoorNode("door-2", "door"), false);
 });

@@ -51,7 +51,15 @@ Deno.test("initCa() makes root, intermediate and hub certificates that chain, ke
     for (const key of [files.rootKey, files.intermediateKey, files.hubKey]) {
       assert.equal(modeOf(key), 0o600, key);
     }
-    for (const folder of [files.dir, files.issuedDir, files.secretsDir]) {
+    for (
+      const folder of [
+        files.dir,
+        files.issuedDir,
+        files.secretsDir,
+        files.nodesDir,
+        files.revokedDir,
+      ]
+    ) {
       assert.equal(modeOf(folder), 0o700, folder);
     }
     const [root] = certificatesOf(await Deno.readTextFile(files.rootCert));
@@ -222,10 +230,11 @@ Deno.test("signNodeCsr() issues a client certificate naming only the node, chain
       `${dir}/leaf.pem: FAILED`,
     );
 
-    const record = `${files.issuedDir}/${result.serial}.json`;
+    const record = `${files.issuedDir}/edge-1/${result.serial}.json`;
     assert.equal(modeOf(record), 0o600);
     const json = JSON.parse(await Deno.readTextFile(record));
     assert.deepEqual(Object.keys(json).sort(), [
+      "incarnation",
       "issued_at",
       "node_id",
       "node_type",
@@ -238,9 +247,14 @@ Deno.test("signNodeCsr() issues a client certificate naming only the node, chain
       "edge-1",
       "door",
     ]);
-    assert.deepEqual(await issuedFor(dir, "edge-1"), [
-      { serial: result.serial, nodeType: "door", notAfter: result.notAfter.toISOString() },
-    ]);
+    assert.deepEqual(await issuedFor(dir, "edge-1"), [{
+      serial: result.serial,
+      nodeId: "edge-1",
+      nodeType: "door",
+      incarnation: 1,
+      notAfter: result.notAfter.toISOString(),
+      issuedAt: json.issued_at,
+    }]);
     assert.deepEqual(await issuedFor(dir, "edge-2"), []);
   } finally {
     await Deno.remove(dir, { recursive: true });

@@ -152,7 +152,7 @@ Deno.test("revokeNode() lists each certificate of the node once, keeping earlier
     const first = [await issue(issuer, "edge-1"), await issue(issuer, "edge-1")];
     const other = await issue(issuer, "edge-2");
     const before = Date.now();
-    assert.deepEqual(await revokeNode(dir, "edge-2"), { serials: [other.serial] });
+    assert.deepEqual(await revokeNode(dir, "edge-2"), { serials: [other.serial], incarnation: 1 });
     const earlier = new x509.X509Crl(await Deno.readTextFile(issuer.files.crl)).entries[0];
 
     const revoked = await revokeNode(dir, "edge-1", "keyCompromise");
@@ -172,7 +172,7 @@ Deno.test("revokeNode() lists each certificate of the node once, keeping earlier
       [x509.X509CrlReason.keyCompromise, x509.X509CrlReason.keyCompromise],
     );
 
-    assert.deepEqual(await revokeNode(dir, "edge-1"), { serials: [] });
+    assert.deepEqual(await revokeNode(dir, "edge-1"), { serials: [], incarnation: 1 });
     assert.equal(new x509.X509Crl(await Deno.readTextFile(issuer.files.crl)).entries.length, 3);
     await assert.rejects(
       () => revokeNode(dir, "edge-9"),

@@ -25,13 +25,25 @@ Deno.test("addNodeSecret() writes a 0600 JSON secret once per node and refuses a
     assert.match(made.secret, /^[A-Za-z0-9_-]{43}$/);
     assert.equal(Deno.statSync(made.file).mode! & 0o777, 0o600);
     const json = JSON.parse(await Deno.readTextFile(made.file));
-    assert.deepEqual(Object.keys(json).sort(), ["created_at", "node_id", "node_type", "secret"]);
-    assert.deepEqual([json.node_id, json.node_type, json.secret], ["edge-1", "edge", made.secret]);
+    assert.deepEqual(Object.keys(json).sort(), [
+      "created_at",
+      "incarnation",
+      "node_id",
+      "node_type",
+      "secret",
+    ]);
+    assert.deepEqual([json.node_id, json.node_type, json.secret, json.incarnation], [
+      "edge-1",
+      "edge",
+      made.secret,
+      1,
+    ]);
     assert.ok(!Number.isNaN(Date.parse(json.created_at)));
     assert.deepEqual(await readNodeSecretFile(made.file), {
       nodeId: "edge-1",
       nodeType: "edge",
       secret: made.secret,
+      incarnation: 1,
     });
 
     await assert.rejects(
@@ -103,16 +115,28 @@ Deno.test("NodeSecrets.consume(): the right secret once; wrong, unknown, malform
         long: { ok: false },
       },
     );
-    assert.deepEqual(await secrets.consume("edge-1", edge.secret), { ok: true, nodeType: "edge" });
+    assert.deepEqual(await secrets.consume("edge-1", edge.secret), {
+      ok: true,
+      nodeType: "edge",
+      incarnation: 1,
+    });
     assert.deepEqual(await secrets.consume("edge-1", edge.secret), { ok: false });
     assert.deepEqual(await new NodeSecrets(dir).consume("edge-1", edge.secret), { ok: false });
-    assert.deepEqual(await secrets.consume("door-1", door.secret), { ok: true, nodeType: "door" });
+    assert.deepEqual(await secrets.consume("door-1", door.secret), {
+      ok: true,
+      nodeType: "door",
+      incarnation: 1,
+    });
     assert.deepEqual(namesIn(dir), []);
 
     const again = await addNodeSecret(dir, "edge-1", "edge");
     assert.notEqual(again.secret, edge.secret);
     assert.deepEqual(await secrets.consume("edge-1", edge.secret), { ok: false });
-    assert.deepEqual(await secrets.consume("edge-1", again.secret), { ok: true, nodeType: "edge" });
+    assert.deepEqual(await secrets.consume("edge-1", again.secret), {
+      ok: true,
+      nodeType: "edge",
+      incarnation: 1,
+    });
   } finally {
     await dispose();
   }
@@ -132,7 +156,11 @@ Deno.test("NodeSecrets.consume(): a secret file group or others may read registe
     assert.deepEqual(namesIn(dir), ["edge-1.secret"]);
 
     await Deno.chmod(made.file, 0o600);
-    assert.deepEqual(await secrets.consume("edge-1", made.secret), { ok: true, nodeType: "edge" });
+    assert.deepEqual(await secrets.consume("edge-1", made.secret), {
+      ok: true,
+      nodeType: "edge",
+      incarnation: 1,
+    });
 
     const renamed = await addNodeSecret(dir, "edge-2", "edge");
     await Deno.rename(renamed.file, `${dir}/edge-3.secret`);

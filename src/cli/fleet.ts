@@ -3,35 +3,44 @@
  *
  * ```
  * portcullis hub init-ca <hub.yaml> [--name <hub host or IP>]...
- * portcullis hub add-node <hub.yaml> <node_id> [--type edge|door]
+ * portcullis hub add-node <hub.yaml> <node_id> [--type edge|door] [--reprovision]
  * portcullis hub revoke <hub.yaml> <node_id> [--reason <RFC 5280 reason, e.g. keyCompromise>]
+ * portcullis hub migrate-ca <hub.yaml>
  * ```
  *
  * `init-ca` makes the fleet CA in `ca.dir` (a root, an intermediate, the hub's server certificate
  * for each `--name`, an empty CRL); move `root.key` offline afterwards — the hub never reads it.
  * `add-node` makes a node's one-time registration secret (with `ca`) or its token file (with
- * `api.tokens_dir`). `revoke` adds every certificate issued to the node to the CRL (the running
- * hub picks it up within `revocation.reload_ms`, at once when it sees the file change), or moves
- * the node's token file to `<tokens_dir>/revoked/` (so a restarted hub still knows it).
+ * `api.tokens_dir`). With `ca` a node registers once, as the type its secret names: `add-node` on
+ * a registered node refuses, and on a revoked one refuses unless `--reprovision` says to start a
+ * new incarnation (trust/node_registry.ts) — every certificate of the old one stays refused.
+ * `revoke` marks the node revoked, then adds every certificate issued to it to the CRL (the
+ * running hub picks both up within `revocation.reload_ms`, at once when it sees a file change), or
+ * moves the node's token file to `<tokens_dir>/revoked/` (so a restarted hub still knows it).
+ * `migrate-ca` moves a CA made before issue 31 to the per-node layout (trust/migrate_issued.ts).
  *
  * @module
  */
 import { ConfigError } from "../config/problems.ts";
 import { readYaml } from "../config/yaml_file.ts";
 import { writeSecretFile } from "../trust/csr.ts";
-import { initCa } from "../trust/ca.ts";
+import { type CaFiles, initCa } from "../trust/ca.ts";
 import { revokeNode } from "../trust/crl.ts";
+import { flatRecords } from "../trust/issued_index.ts";
+import { migrateFlatIssued } from "../trust/migrate_issued.ts";
+import { isRevokedBy, readNodeEntry, readRevokedMarker } from "../trust/node_registry.ts";
 import { addNodeSecret } from "../trust/node_secrets.ts";
 import { NODE_ID, REVOKED_FOLDER } from "../hub/auth.ts";
 import { type HubConfig, isHubFile, loadHubConfig } from "../hub/config.ts";
 
 /** The fleet verbs, as `portcullis hub <verb>` takes them. */
-export const FLEET_VERBS: readonly string[] = ["init-ca", "add-node", "revoke"];
+export const FLEET_VERBS: readonly string[] = ["init-ca", "add-node", "revoke", "migrate-ca"];
 
 /** Usage lines for the fleet verbs. */
 export const FLEET_USAGE = `       portcullis hub init-ca <hub.yaml> [--name <host or IP>]...
-       portcullis hub add-node <hub.yaml> <node_id> [--type edge|door]
-       portcullis hub revoke <hub.yaml> <node_id> [--reason keyCompromise|superseded|...]`;
+       portcullis hub add-node <hub.yaml> <node_id> [--type edge|door] [--reprovision]
+       portcullis hub revoke <hub.yaml> <node_id> [--reason keyCompromise|superseded|...]
+       portcullis hub migrate-ca <hub.yaml>`;
 
 /**
  * Runs one fleet verb.
@@ -45,13 +54,14 @@ export async function runFleetVerb(verb: string, args: readonly string[]): Promi
   const parsed = parseArgs(args);
   if (typeof parsed === "string") return usage(parsed);
   const { operands, options } = parsed;
-  const expected = verb === "init-ca" ? 1 : 2;
+  const expected = verb === "init-ca" || verb === "migrate-ca" ? 1 : 2;
   if (operands.length !== expected) {
     return usage(`${verb} takes ${expected === 1 ? "<hub.yaml>" : "<hub.yaml> <node_id>"}`);
   }
   const config = await hubConfig(operands[0]);
   if (typeof config === "string") return usage(config);
   if (verb === "init-ca") return await initFleetCa(config, options.name ?? []);
+  if (verb === "migrate-ca") return await migrateCa(config);
   const nodeId = operands[1];
   if (!NODE_ID.test(nodeId)) {
     return usage(`${JSON.stringify(nodeId)} is not a node id (1-63 letters, digits, . _ -)`);
@@ -59,7 +69,7 @@ export async function runFleetVerb(verb: string, args: readonly string[]): Promi
   if (verb === "add-node") {
     const type = options.type?.at(-1) ?? "edge";
     if (type !== "edge" && type !== "door") return usage(`--type is edge or door, not ${type}`);
-    return await addNode(config, nodeId, type);
+    return await addNode(config, nodeId, type, options.reprovision !== undefined);
   }
   return await revoke(config, nodeId, options.reason?.at(-1));
 }
@@ -82,11 +92,19 @@ async function initFleetCa(config: HubConfig, names: readonly string[]): Promise
 }
 
 /** Makes a node's registration secret (CA) or token file (tokens). */
-async function addNode(config: HubConfig, nodeId: string, type: "edge" | "door"): Promise<number> {
+async function addNode(
+  config: HubConfig,
+  nodeId: string,
+  type: "edge" | "door",
+  reprovision: boolean,
+): Promise<number> {
   if (config.ca) {
-    const made = await addNodeSecret(config.ca.files.secretsDir, nodeId, type);
+    const incarnation = await nextIncarnation(config, nodeId, type, reprovision);
+    if (typeof incarnation === "string") return refuse(incarnation);
+    const made = await addNodeSecret(config.ca.files.secretsDir, nodeId, type, incarnation);
     console.log(
-      `portcullis: registration secret for ${type} ${nodeId} written to ${made.file}\n` +
+      `portcullis: registration secret for ${type} ${nodeId} (incarnation ${incarnation}) ` +
+        `written to ${made.file}\n` +
         `  copy it to the node (mode 0600) as hub.register.secret_file; it works once`,
     );
     return 0;
@@ -102,12 +120,76 @@ async function addNode(config: HubConfig, nodeId: string, type: "edge" | "door")
   return 0;
 }
 
-/** Revokes every certificate of the node (CA), or moves its token file aside (tokens). */
+/**
+ * The incarnation a new secret registers: 1 for a node never registered; the next one, with
+ * `--reprovision`, for a revoked node; or why no secret is made.
+ */
+async function nextIncarnation(
+  config: HubConfig,
+  nodeId: string,
+  type: string,
+  reprovision: boolean,
+): Promise<number | string> {
+  const files = config.ca!.files;
+  const flat = await flatLayout(config, files);
+  if (flat) return flat;
+  const entry = await readNodeEntry(files.nodesDir, nodeId);
+  const marker = await readRevokedMarker(files.revokedDir, nodeId);
+  const again = `portcullis hub add-node ${config.file} ${nodeId} --type ${type} --reprovision`;
+  if (marker && isRevokedBy(entry, marker)) {
+    if (reprovision) return Math.max(entry?.incarnation ?? 0, marker.incarnation) + 1;
+    return `Node ${nodeId} is revoked (${files.revokedDir}/${nodeId}.json); to register it anew ` +
+      `(its old certificates stay refused) run: ${again}`;
+  }
+  if (entry) {
+    return `Node ${nodeId} is registered as a ${entry.nodeType} (incarnation ` +
+      `${entry.incarnation}); its registration and type are fixed: run "portcullis hub revoke ` +
+      `${config.file} ${nodeId}" first, then: ${again}`;
+  }
+  if (reprovision) return `Node ${nodeId} was never registered: add it without --reprovision`;
+  return 1;
+}
+
+/** Why a verb refuses a CA still in the flat issued layout, or undefined. */
+async function flatLayout(config: HubConfig, files: CaFiles): Promise<string | undefined> {
+  if ((await flatRecords(files.issuedDir)).length === 0) return undefined;
+  return `The CA in ${files.dir} keeps issued records in the old flat layout: run ` +
+    `"portcullis hub migrate-ca ${config.file}" first`;
+}
+
+/** Moves the CA's flat issued records into per-node folders and records each node. */
+async function migrateCa(config: HubConfig): Promise<number> {
+  if (!config.ca) return refuse(`${config.file} has no ca: nothing to migrate`);
+  const { moved, nodes } = await migrateFlatIssued(config.ca.files.dir);
+  const lines = [`portcullis: moved ${moved} issued record(s) into per-node folders`];
+  for (const node of nodes) {
+    const what = node.kept
+      ? "had a node record already"
+      : node.nodeType
+      ? `recorded as a ${node.nodeType}`
+      : "NOT recorded: its certificates name both types; revoke it and add it --reprovision";
+    lines.push(`  ${node.nodeId}: ${what}${node.revoked ? "; revoked (all in the CRL)" : ""}`);
+  }
+  if (nodes.some((node) => node.revoked)) {
+    lines.push(
+      "  revoke again each node you revoked before (hub revoke): the old revoke listed serials " +
+        "only, and certificates issued while it ran may be in no CRL",
+    );
+  }
+  console.log(lines.join("\n"));
+  return 0;
+}
+
+/** Revokes the node and every certificate of it (CA), or moves its token file aside (tokens). */
 async function revoke(config: HubConfig, nodeId: string, reason?: string): Promise<number> {
   if (config.ca) {
-    const { serials } = await revokeNode(config.ca.files.dir, nodeId, reason);
+    const flat = await flatLayout(config, config.ca.files);
+    if (flat) return refuse(flat);
+    const { serials, incarnation } = await revokeNode(config.ca.files.dir, nodeId, reason);
     console.log(
-      `portcullis: revoked ${serials.length} certificate(s) of ${nodeId} in ${config.ca.files.crl}` +
+      `portcullis: revoked node ${nodeId} (incarnation ${incarnation}; ` +
+        `${config.ca.files.revokedDir}/${nodeId}.json) and ${serials.length} certificate(s) ` +
+        `in ${config.ca.files.crl}` +
         `\n  the hub stops it within revocation.reload_ms (at once when it sees the file change)`,
     );
     return 0;
@@ -149,6 +231,10 @@ function parseArgs(
       continue;
     }
     const name = arg.slice(2);
+    if (name === "reprovision") {
+      (options[name] ??= []).push("");
+      continue;
+    }
     if (!["name", "type", "reason"].includes(name)) return `Unknown option ${arg}`;
     if (i + 1 >= args.length) return `${arg} needs a value`;
     (options[name] ??= []).push(args[++i]);

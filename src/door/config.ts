@@ -7,7 +7,7 @@
  * @module
  */
 import { isLoopback, overlaps } from "../boot/distinct.ts";
-import { CODE_GRANTS, type Grant } from "../boot/flags.ts";
+import { CODE_GRANTS, enrolmentGrants, type Grant } from "../boot/flags.ts";
 import {
   formatAddress,
   type ListenerAddress,
@@ -160,8 +160,9 @@ function hubOf(hub: DoorConfigInput["hub"], resolve: (path: string) => string): 
 /**
  * Every permission a door needs: net for its listeners and the hub's host:port; read for its
  * config, cover, cache folder and credential files (and its own TLS files); write for the cache
- * folder and, with registration, the certificate, the key and the secret file. Nothing else: no
- * run, no env, no net but the hub.
+ * folder and, with a fleet certificate, what registration and renewal write (the certificate, the
+ * key, their `.new` files, and the secret file: `enrolmentGrants` in src/boot/flags.ts). Nothing
+ * else: no run, no env, no net but the hub.
  */
 export function doorGrants(config: DoorConfig): Grant[] {
   const grants: Grant[] = [];
@@ -193,12 +194,8 @@ export function doorGrants(config: DoorConfig): Grant[] {
   }
   grants.push({ name: "read", value: config.cacheDir, purpose: "view cache" });
   grants.push({ name: "write", value: config.cacheDir, purpose: "view cache" });
-  if (hub.register && hub.tls) {
-    const secret = hub.register.secretFile;
-    grants.push({ name: "read", value: secret, purpose: "registration secret" });
-    for (const file of [hub.tls.certFile, hub.tls.keyFile, secret]) {
-      grants.push({ name: "write", value: file, purpose: "registration" });
-    }
-  }
+  // The edge's own rule: registration and renewal write the pair through `.new` files (issue 31:
+  // a door's registration needed `<key>.new`, which its flags did not grant).
+  grants.push(...enrolmentGrants({ tls: hub.tls, secretFile: hub.register?.secretFile }));
   return [...grants, ...CODE_GRANTS];
 }

@@ -13,10 +13,15 @@
  * context. The key must be a regular file only its owner may read (0600 or 0400), as every key
  * the gateway reads.
  *
+ * Both TLS dials hold their reads when paused (`tls_reads.ts`): on Deno 2.9.6 a paused `node:tls`
+ * socket goes on reading its TCP socket into memory, so a response a slow client reads would
+ * otherwise be taken from the hub as fast as the hub sends it.
+ *
  * @module
  */
 import net, { type Socket } from "node:net";
 import tls from "node:tls";
+import { holdTlsReads } from "./tls_reads.ts";
 import { tunnelDial } from "./tunnel_dial.ts";
 
 /** A connection being made to a SOCKS instance, and the event that says it can carry SOCKS. */
@@ -128,6 +133,7 @@ export class TlsTransport {
         ALPNProtocols: [protocol],
         rejectUnauthorized: true,
       });
+      holdTlsReads(socket); // a paused response reads no further than over plain TCP
       socket.once("secureConnect", function checkProtocol() {
         if (socket.alpnProtocol !== protocol) {
           socket.destroy(new Error(`The hub did not select ${protocol}`));

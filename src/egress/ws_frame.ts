@@ -30,6 +30,7 @@ export type OpcodeValue = typeof Opcode[keyof typeof Opcode];
 /** Close codes used by the tunnel (RFC 6455 §7.4.1). */
 export const CloseCode = {
   normal: 1000,
+  goingAway: 1001,
   protocolError: 1002,
   unsupportedData: 1003,
   policyViolation: 1008,
@@ -149,6 +150,11 @@ export class FrameDecoder {
   /** @param options which side decodes, and the payload limit */
   constructor(options: DecoderOptions) {
     this.#options = options;
+  }
+
+  /** Bytes taken but not yet returned as a frame (a frame's part still arriving). */
+  get buffered(): number {
+    return this.#buffer.length;
   }
 
   /**

@@ -14,11 +14,22 @@
  * The transport socket may be attached after the stream is made (the edge's dial returns the
  * stream at once and attaches the TLS socket once the HTTP upgrade succeeded): writes wait for it.
  *
+ * Pongs are paced by the peer's reading (`ws_pacing.ts`: the latest ping answered once the
+ * transport drains, the transport not read meanwhile, a peer that leaves a pong owed too long
+ * given up). Bytes held for a peer outside flow control — control frames queued, data read but not
+ * taken, a frame still arriving — are capped per connection (`maxBufferedBytes`): over the cap the
+ * connection is closed with 1008 and ended. A TLS transport is read no further than a paused TCP
+ * socket (`tls_reads.ts`: on Deno 2.9.6 pausing a `node:tls` socket alone leaves its TCP socket
+ * read into memory).
+ *
  * @module
  */
 import { Buffer } from "node:buffer";
 import type { Socket } from "node:net";
 import { Duplex } from "node:stream";
+import type { TLSSocket } from "node:tls";
+import { holdTlsReads } from "./tls_reads.ts";
+import { ControlPacing } from "./ws_pacing.ts";
 import {
   CloseCode,
   closeCodeOf,
@@ -32,6 +43,12 @@ import {
 /** The default largest frame payload: 1 MiB. */
 export const MAX_FRAME_BYTES = 1 << 20;
 
+/** The default bound on unsent bytes above which pongs wait (and reading pauses). */
+export const CONTROL_BOUND_BYTES = 64 * 1024;
+
+/** How long a close frame queued behind a peer that does not read may take before the end. */
+const CLOSE_FLUSH_MS = 2000;
+
 /** How one end of a WebSocket stream behaves. */
 export interface WebSocketStreamOptions {
   /** `"client"` masks what it sends and refuses masked frames; `"server"` the reverse. */
@@ -43,6 +60,15 @@ export interface WebSocketStreamOptions {
    * message before it closes the connection with 1008.
    */
   readonly firstText?: (text: string) => void;
+  /** Unsent bytes above which pongs are coalesced (default {@link CONTROL_BOUND_BYTES}). */
+  readonly controlBoundBytes?: number;
+  /** The longest a pong may stay owed before the peer is closed with 1008 (default: no bound). */
+  readonly pongDeadlineMs?: number;
+  /**
+   * Bytes held outside flow control (control frames queued, data not taken, a partial frame)
+   * above which the connection is closed with 1008 (default: twice the frame limit and 1 MiB).
+   */
+  readonly maxBufferedBytes?: number;
 }
 
 /** Why the stream closed, as far as the WebSocket knows. */
@@ -65,16 +91,19 @@ export class WebSocketStream extends Duplex {
   #waiting?: () => void;
   #bytesRead = 0;
   #bytesWritten = 0;
+  readonly #options: WebSocketStreamOptions;
+  readonly #maxBuffered: number;
+  #pacing?: ControlPacing;
 
   /** @param options the side, the frame limit and the first-message hook */
   constructor(options: WebSocketStreamOptions) {
     super({ allowHalfOpen: false });
     this.#side = options.side;
     this.#firstText = options.firstText;
-    this.#decoder = new FrameDecoder({
-      side: options.side,
-      maxPayload: options.maxFrameBytes ?? MAX_FRAME_BYTES,
-    });
+    this.#options = options;
+    const maxPayload = options.maxFrameBytes ?? MAX_FRAME_BYTES;
+    this.#decoder = new FrameDecoder({ side: options.side, maxPayload });
+    this.#maxBuffered = options.maxBufferedBytes ?? 2 * maxPayload + (1 << 20);
   }
 
   /**
@@ -85,6 +114,13 @@ export class WebSocketStream extends Duplex {
   attach(transport: Socket, head?: Uint8Array): void {
     if (this.#transport) throw new TypeError("A transport is already attached");
     this.#transport = transport;
+    holdTlsReads(transport as TLSSocket);
+    this.#pacing = new ControlPacing(transport, {
+      controlBoundBytes: this.#options.controlBoundBytes ?? CONTROL_BOUND_BYTES,
+      pongDeadlineMs: this.#options.pongDeadlineMs,
+      pongFrame: (payload) => this.#frame(Opcode.pong, payload),
+      giveUp: (reason) => this.#giveUp(reason),
+    });
     transport.on("data", (chunk: Uint8Array) => this.#receive(chunk));
     transport.on("end", () => this.push(null));
     transport.on("error", (error: Error) => this.destroy(error));
@@ -100,17 +136,21 @@ export class WebSocketStream extends Duplex {
     this.#send(Opcode.text, new TextEncoder().encode(text));
   }
 
-  /** Sends a close frame with `code` and `reason`, then ends the connection. */
+  /**
+   * Sends a close frame with `code` and `reason`, then ends the connection: the transport is
+   * destroyed once the frame is written, or {@link CLOSE_FLUSH_MS} later.
+   */
   refuse(code: number, reason: string): void {
     if (this.wsClose) return;
     this.wsClose = { code, reason, refused: true };
     this.#send(Opcode.close, closePayload(code, reason));
     this.#transport?.end();
     this.push(null);
+    this.destroy();
   }
 
   override _read(): void {
-    this.#transport?.resume();
+    this.#pacing?.readFull(false);
   }
 
   override _write(chunk: Uint8Array, _encoding: string, callback: (error?: Error) => void): void {
@@ -135,8 +175,21 @@ export class WebSocketStream extends Duplex {
     callback();
   }
 
+  /**
+   * Ends the transport: at once, or — when a close frame is queued on it — once that frame is
+   * written, and at most {@link CLOSE_FLUSH_MS} later (a peer that does not read never takes it).
+   */
   override _destroy(error: Error | null, callback: (error: Error | null) => void): void {
-    this.#transport?.destroy();
+    const transport = this.#transport;
+    const flushing = transport?.writableEnded && !transport.writableFinished;
+    if (transport && !transport.destroyed && flushing && this.wsClose) {
+      const end = () => {
+        clearTimeout(timer);
+        transport.destroy();
+      };
+      const timer = setTimeout(end, CLOSE_FLUSH_MS);
+      transport.once("finish", end).once("close", end);
+    } else transport?.destroy();
     callback(error);
   }
 
@@ -202,7 +255,25 @@ export class WebSocketStream extends Duplex {
       if (this.wsClose) return;
       this.#handle(frame.opcode, frame.payload);
     }
-    if (violation) this.refuse(violation.code, violation.reason);
+    if (violation) return this.refuse(violation.code, violation.reason);
+    this.#checkBuffered();
+  }
+
+  /** Bytes held outside flow control; over the cap the connection is closed (1008) and ended. */
+  #checkBuffered(): void {
+    const held = (this.#pacing?.queued ?? 0) + this.readableLength + this.#decoder.buffered;
+    if (held <= this.#maxBuffered) return;
+    this.#giveUp(`More than ${this.#maxBuffered} bytes held for a peer that does not read`);
+  }
+
+  /**
+   * Closes with 1008 a peer that does not read, and ends the transport at once: the close frame
+   * is queued behind what the peer left unread.
+   */
+  #giveUp(reason: string): void {
+    if (this.wsClose) return;
+    this.refuse(CloseCode.policyViolation, reason);
+    this.#transport?.destroy();
   }
 
   #handle(opcode: OpcodeValue, payload: Uint8Array): void {
@@ -210,7 +281,7 @@ export class WebSocketStream extends Duplex {
       if (this.#firstText) return this.refuse(CloseCode.policyViolation, "Expected the dial op");
       this.#bytesRead += payload.length;
       if (!this.push(Buffer.from(payload.buffer, payload.byteOffset, payload.length))) {
-        this.#transport?.pause();
+        this.#pacing?.readFull(true);
       }
       return;
     }
@@ -220,7 +291,7 @@ export class WebSocketStream extends Duplex {
       this.#firstText = undefined;
       return first(new TextDecoder().decode(payload));
     }
-    if (opcode === Opcode.ping) return this.#send(Opcode.pong, payload);
+    if (opcode === Opcode.ping) return this.#pacing?.ping(payload);
     if (opcode === Opcode.close) {
       const code = closeCodeOf(payload);
       this.wsClose = { code, reason: "", refused: false };
@@ -230,10 +301,9 @@ export class WebSocketStream extends Duplex {
     }
   }
 
+  /** Writes a control or text frame (counted by the pacing until the transport wrote it). */
   #send(opcode: OpcodeValue, payload: Uint8Array): void {
-    const transport = this.#transport;
-    if (!transport || transport.destroyed || transport.writableEnded) return;
-    transport.write(this.#frame(opcode, payload));
+    this.#pacing?.write(this.#frame(opcode, payload));
   }
 
   #frame(opcode: OpcodeValue, payload: Uint8Array): Uint8Array {

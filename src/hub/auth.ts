@@ -38,6 +38,8 @@ export type AuthResult =
     readonly ok: true;
     /** Whether the credential this request presented has been revoked since (held polls ask). */
     readonly revoked?: () => Promise<boolean>;
+    /** The client certificate it presented (mutual TLS): renewal judges its serial and end. */
+    readonly certificate?: { readonly serial: string; readonly notAfter: Date };
   }
   | { readonly ok: false; readonly kind: AuthFailure };
 
@@ -64,21 +66,46 @@ const REVOKED: Refusal = { ok: false, kind: "node_revoked" };
 /** What a certificate check consults: the fleet CA's revocations (none: nothing is revoked). */
 export interface RevocationCheck {
   isRevoked(serial: string): boolean;
+  /**
+   * The node's standing, then the serial (hub/node_standing.ts): registered, not revoked, the
+   * serial its current incarnation's. Absent: the CRL alone decides.
+   */
+  judge?(nodeId: string, serial: string): Promise<"ok" | "revoked" | "unknown">;
+  /**
+   * For the relay and the tunnel: an active, unrevoked node that is no door, its certificate of
+   * its current incarnation and not in the CRL (hub/node_standing.ts).
+   */
+  admitsTransport?(nodeId: string, serial: string): Promise<boolean>;
 }
 
 /**
  * Mutual TLS: the peer certificate's one CN must be the node id, exactly, and its serial must not
- * be revoked. A revoked certificate still proves who holds it, so its holder is told `node_revoked`
- * (and nobody else can get that answer).
+ * be revoked; with the fleet CA the node's standing is asked first (a revoked node, or a
+ * certificate of an earlier incarnation, is `node_revoked`; a serial the CA never issued the node
+ * is `unauthenticated`). A revoked certificate still proves who holds it, so its holder is told
+ * `node_revoked` (and nobody else can get that answer).
  */
 export function certificateAuth(revocations?: RevocationCheck): NodeAuthenticator {
   return function authenticateCertificate(request, nodeId) {
     const node = certificateNode(request.socket as TLSSocket, revocations);
     if (!node.ok) return Promise.resolve(node);
     if (node.node !== nodeId) return Promise.resolve(WRONG_NODE);
-    const revoked = () => Promise.resolve(revocations?.isRevoked(node.serial) ?? false);
-    return Promise.resolve({ ok: true, revoked });
+    return standingOf(node, revocations);
   };
+}
+
+/** An authenticated certificate's node judged by its standing, and how to judge it again. */
+async function standingOf(
+  node: { readonly node: string; readonly serial: string; readonly notAfter: Date },
+  revocations: RevocationCheck | undefined,
+): Promise<AuthResult> {
+  const judge = () => revocations?.judge?.(node.node, node.serial) ?? Promise.resolve("ok");
+  const verdict = await judge();
+  if (verdict === "revoked") return REVOKED;
+  if (verdict === "unknown") return REFUSED;
+  const revoked = async () =>
+    (revocations?.isRevoked(node.serial) ?? false) || (await judge()) !== "ok";
+  return { ok: true, revoked, certificate: { serial: node.serial, notAfter: node.notAfter } };
 }
 
 /**
@@ -92,14 +119,25 @@ export function certificateAuth(revocations?: RevocationCheck): NodeAuthenticato
 export function certificateNode(
   socket: TLSSocket,
   revocations?: RevocationCheck,
-): { readonly ok: true; readonly node: string; readonly serial: string } | Refusal {
+):
+  | { readonly ok: true; readonly node: string; readonly serial: string; readonly notAfter: Date }
+  | Refusal {
   if (!socket.authorized) return REFUSED;
   const raw = socket.getPeerCertificate()?.raw;
   const names = commonNamesOf(raw);
   if (names.length !== 1) return AMBIGUOUS;
   const serial = peerSerial(raw);
   if (revocations?.isRevoked(serial)) return REVOKED;
-  return { ok: true, node: names[0], serial };
+  return { ok: true, node: names[0], serial, notAfter: notAfterOf(raw) };
+}
+
+/** When a certificate given as DER expires (the epoch when it does not parse). */
+function notAfterOf(der: Uint8Array | undefined): Date {
+  try {
+    return new x509.X509Certificate(Uint8Array.from(der!)).notAfter;
+  } catch {
+    return new Date(0);
+  }
 }
 
 /**

@@ -21,7 +21,7 @@ import { validateFile } from "../config/validate.ts";
 import { readYaml, type YamlFile } from "../config/yaml_file.ts";
 import { isPoolFile, type PoolConfig, resolvePoolConfig } from "../torpool/config.ts";
 import { type CaFiles, caFiles } from "../trust/ca.ts";
-import { type HubConfigInput, HubConfigSchema } from "./schema.ts";
+import { DEFAULT_MAX_STREAM_SECONDS, type HubConfigInput, HubConfigSchema } from "./schema.ts";
 import { type DoorsConfig, resolveDoorsConfig } from "./mirrors/config.ts";
 
 /** A hub config, validated and resolved. */
@@ -48,8 +48,8 @@ export interface HubConfig {
     /** Nodes allowed to follow; undefined allows every node that authenticates. */
     readonly nodes?: readonly string[];
   };
-  /** The fleet CA (`ca`): its files, and the lifetime of the certificates it signs. */
-  readonly ca?: { readonly files: CaFiles; readonly lifetimeDays: number };
+  /** The fleet CA (`ca`): its files, the certificates' lifetime, renewal and retry limits. */
+  readonly ca?: CaSettings;
   /** How often revocations (the CRL, removed token files) are looked for. */
   readonly revocationReloadMs: number;
   /** The health listeners. */
@@ -58,6 +58,8 @@ export interface HubConfig {
   readonly socks5Tls?: HubTlsListener;
   /** The WebSocket tunnel endpoint (`transport.https_tunnel`), paths resolved. */
   readonly httpsTunnel?: HubTlsListener;
+  /** The longest a relay or tunnel stream stays open (`transport.max_stream_seconds`), in ms. */
+  readonly maxStreamMs: number;
   /** The static SOCKS pool: one host, its ports in the order written. */
   readonly pool?: { readonly hostname: string; readonly ports: readonly number[] };
   /** The embedded Tor pool's config file (`pool.torpool`), resolved; read by {@link loadHubConfig}. */
@@ -72,6 +74,22 @@ export interface HubConfig {
   readonly history: number;
   /** Connection timeouts (ms). */
   readonly timeouts: { readonly headerMs: number; readonly idleMs: number };
+}
+
+/**
+ * The fleet CA's files and the limits of what it signs (`ca`).
+ *
+ * @internal
+ */
+export interface CaSettings {
+  readonly files: CaFiles;
+  readonly lifetimeDays: number;
+  /** Renewal is answered only for a certificate with at most this many days left. */
+  readonly renewBeforeDays: number;
+  /** At most one certificate per node per this many ms (0: no limit). */
+  readonly renewIntervalMs: number;
+  /** How long a registration may be asked again with the same secret and key (ms; 0: never). */
+  readonly retryWindowMs: number;
 }
 
 /**
@@ -145,7 +163,13 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
   checkListeners(listeners, report);
   checkPool(raw, listeners, report);
   if (problems.length > 0) throw new ConfigError(problems);
-  const ca = raw.ca && { files: caFiles(resolve(raw.ca.dir)), lifetimeDays: raw.ca.lifetime_days };
+  const ca: CaSettings | undefined = raw.ca && {
+    files: caFiles(resolve(raw.ca.dir)),
+    lifetimeDays: raw.ca.lifetime_days,
+    renewBeforeDays: raw.ca.renew_before_days,
+    renewIntervalMs: raw.ca.renew_interval_seconds * 1000,
+    retryWindowMs: raw.ca.registration_retry_seconds * 1000,
+  };
   const clientCa = (written: string | undefined) =>
     written === undefined ? ca!.files.rootCert : resolve(written);
   const tlsListener = (role: typeof TRANSPORTS[number]): HubTlsListener | undefined => {
@@ -178,6 +202,7 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
     health: addressesOf(listeners, "health"),
     socks5Tls: tlsListener("socks5_tls"),
     httpsTunnel: tlsListener("https_tunnel"),
+    maxStreamMs: (raw.transport?.max_stream_seconds ?? DEFAULT_MAX_STREAM_SECONDS) * 1000,
     pool: raw.pool?.socks && {
       hostname: raw.pool.socks[0].hostname,
       ports: raw.pool.socks.map((instance) => instance.port),

@@ -18,6 +18,7 @@ import {
 } from "./auth.ts";
 import type { HubConfig } from "./config.ts";
 import { HttpsTunnel } from "./https_tunnel.ts";
+import type { Admits } from "./node_streams.ts";
 import { type PoolPorts, SocksRelay, staticPool } from "./socks_relay.ts";
 
 /** The api listener's credentials: TLS options and certificate auth, or token files. */
@@ -67,6 +68,7 @@ export async function makeRelay(
   pool: PoolPorts | undefined,
   log: (line: string) => void,
   revocations?: RevocationCheck,
+  admits?: Admits,
 ): Promise<SocksRelay | undefined> {
   const relay = config.socks5Tls;
   if (!relay) return undefined;
@@ -82,6 +84,8 @@ export async function makeRelay(
       },
       nodes: config.api.nodes,
       revocations,
+      admits,
+      maxStreamMs: config.maxStreamMs,
       timeoutMs: config.timeouts.headerMs,
       log,
     });
@@ -107,6 +111,7 @@ export async function makeTunnel(
   pool: PoolPorts | undefined,
   log: (line: string) => void,
   revocations?: RevocationCheck,
+  admits?: Admits,
 ): Promise<TunnelEndpoint | undefined> {
   const endpoint = config.httpsTunnel;
   if (!endpoint) return undefined;
@@ -125,6 +130,8 @@ export async function makeTunnel(
       pool: pool ?? staticPool(config.pool!.hostname, config.pool!.ports),
       nodes: config.api.nodes,
       revocations,
+      admits,
+      maxStreamMs: config.maxStreamMs,
       timeoutMs: config.timeouts.headerMs,
       log,
     });

@@ -73,17 +73,18 @@ export function hubGrants(config: HubConfig): Grant[] {
 
 /**
  * What a hub with the fleet CA reads and writes: the root certificate and the intermediate (its
- * key a secret) and the CRL, read; `issued/` (the record of what was signed) and `secrets/` (one
- * registration secret per node, removed when spent), read and written. Not `root.key`: the hub
- * runs without it.
+ * key a secret), the CRL and `revoked/` (the markers `hub revoke` writes), read; `issued/` (the
+ * record of what was signed), `secrets/` (one registration secret per node, removed when spent,
+ * and the spent records a retry reads) and `nodes/` (each node's type and incarnation, written at
+ * registration), read and written. Not `root.key`: the hub runs without it; and it never writes a
+ * revocation.
  */
 function caGrants(files: CaFiles): Grant[] {
   const purpose = "fleet CA";
   return [
-    ...[files.rootCert, files.intermediateCert, files.intermediateKey, files.crl].map((
-      value,
-    ): Grant => ({ name: "read", value, purpose })),
-    ...[files.issuedDir, files.secretsDir].flatMap((value): Grant[] => [
+    ...[files.rootCert, files.intermediateCert, files.intermediateKey, files.crl, files.revokedDir]
+      .map((value): Grant => ({ name: "read", value, purpose })),
+    ...[files.issuedDir, files.secretsDir, files.nodesDir].flatMap((value): Grant[] => [
       { name: "read", value, purpose },
       { name: "write", value, purpose },
     ]),

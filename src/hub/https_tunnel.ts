@@ -7,17 +7,23 @@
  * unchanged, both ways — as the `socks5_tls` relay pipes it (`socks_relay.ts`), so the edge's
  * breakers, scorer and negative cache judge each pool port the same way.
  *
- * Refused before the upgrade, with an HTTP answer from the shared failure table: a certificate
- * that does not name exactly one node id, a node not in `api.nodes` (`node`); another path or
- * method, or not a valid WebSocket upgrade — `Upgrade: websocket`, a 16-byte
- * `Sec-WebSocket-Key`, `Sec-WebSocket-Version: 13` (`request`). A client without a certificate
- * or with another CA's never finishes the TLS handshake. Refused after it, with close code 1008: a
- * first message that is not text, not the dial op, or names a port not in the pool now (`dial`);
- * no dial op within the time bound (`dial`); a framing violation closes with 1002 or 1009
- * (`protocol`); a pool instance that cannot be reached closes with 1011 (`upstream`).
+ * Refused before the upgrade, with an HTTP answer from the shared failure table (`node`): a
+ * certificate that does not name exactly one node id, a node not in `api.nodes`, a node the hub's
+ * fleet trust does not admit (`admits`: revoked, a door — whatever `api.nodes` or `doors.nodes`
+ * say —, a certificate not its current one), asked last; (`request`) another path or method, or
+ * not a valid WebSocket upgrade (`tunnel_request.ts` says what a tunnel request must be). A client
+ * without a certificate or with another CA's never finishes the TLS handshake. Refused after it,
+ * with close code 1008: a first message that is not text, not the dial op, or names a port not in
+ * the pool now (`dial`); no dial op within the time bound (`dial`); a framing violation closes
+ * with 1002 or 1009 (`protocol`); a pool instance that cannot be reached closes with 1011
+ * (`upstream`).
  *
  * Active streams are counted per port and every change is told to the pool's `report` hook, like
- * the relay's.
+ * the relay's. A stream ends with its node (`node_streams.ts`): at each revocation look the hub asks
+ * `admits` again and closes every stream no longer admitted with 1008; a stream open for
+ * `transport.max_stream_seconds` is closed with 1001 (the edge dials a new one for its next
+ * request). Control frames are paced by the stream (`ws_stream.ts`): a node that pings and never
+ * reads stops being read from, and one that makes the hub hold too much is closed with 1008.
  *
  * @module
  */
@@ -26,21 +32,20 @@ import type { IncomingMessage } from "node:http";
 import type net from "node:net";
 import type { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
-import { TUNNEL_PATH } from "../egress/tunnel_dial.ts";
-import { acceptFor, CloseCode, isWebSocketKey } from "../egress/ws_frame.ts";
+import { holdTlsReads } from "../egress/tls_reads.ts";
+import { acceptFor, CloseCode } from "../egress/ws_frame.ts";
 import { WebSocketStream } from "../egress/ws_stream.ts";
-import { type FailureKind, failureReply } from "../request/errors.ts";
+import { failureReply } from "../request/errors.ts";
 import { requestIdFor } from "../request/request_id.ts";
 import { renderHead, writeRawReply } from "../server/raw_reply.ts";
 import { certificateNode, NODE_ID, type RevocationCheck } from "./auth.ts";
-import type { HubRoute } from "./listeners.ts";
+import { type Admits, NodeStreams, type StreamEnd } from "./node_streams.ts";
 import type { PoolPorts } from "./socks_relay.ts";
 import { pipeToPool, PortStreams } from "./pool_pipe.ts";
+import { dialPort, type Refused, refuseRequest, type TunnelRefusal } from "./tunnel_request.ts";
 
 export { TUNNEL_PATH } from "../egress/tunnel_dial.ts";
-
-/** Why a tunnel was refused. */
-export type TunnelRefusal = "node" | "request" | "dial" | "protocol" | "upstream";
+export { dialPort, type TunnelRefusal, tunnelRoute } from "./tunnel_request.ts";
 
 /** What the tunnel is made from. */
 export interface HttpsTunnelOptions {
@@ -49,6 +54,10 @@ export interface HttpsTunnelOptions {
   readonly nodes?: readonly string[];
   /** The fleet CA's revocations: a revoked certificate is refused like an unknown one. */
   readonly revocations?: RevocationCheck;
+  /** The fleet trust's check of a node and its certificate serial, at upgrade and at each look. */
+  readonly admits?: Admits;
+  /** The longest a tunnel stays open, in ms (none: no bound). */
+  readonly maxStreamMs?: number;
   /** Time allowed for the dial op after the upgrade, and for the connect to the pool instance. */
   readonly timeoutMs: number;
   /** The largest WebSocket frame payload accepted (default 1 MiB). */
@@ -70,6 +79,7 @@ const LOG_INTERVAL_MS = 60_000;
 export class HttpsTunnel {
   readonly #options: HttpsTunnelOptions;
   readonly #streams: PortStreams;
+  readonly #nodes: NodeStreams;
   readonly #refused = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<
     TunnelRefusal,
     number
@@ -83,6 +93,7 @@ export class HttpsTunnel {
   constructor(options: HttpsTunnelOptions) {
     this.#options = options;
     this.#streams = new PortStreams(options.pool);
+    this.#nodes = new NodeStreams({ admits: options.admits, maxLifetimeMs: options.maxStreamMs });
   }
 
   /** Streams relayed to `port` right now. */
@@ -90,16 +101,34 @@ export class HttpsTunnel {
     return this.#streams.active(port);
   }
 
-  /** Counts for status: streams per port now, streams relayed since start, refusals by reason. */
+  /**
+   * Counts for status: streams per port now, streams relayed since start, refusals by reason, and
+   * tunnels the hub ended (`revoked`: their node no longer admitted; `lifetime`).
+   */
   snapshot(): {
     active: Record<string, number>;
     relayed: number;
     refused: Record<TunnelRefusal, number>;
+    ended: Record<StreamEnd, number>;
   } {
     return {
       ...this.#streams.counts(),
       refused: { ...this.#refused },
+      ended: this.#nodes.counts().ended,
     };
+  }
+
+  /**
+   * Asks again whether each open tunnel's node is admitted, and closes those that are not (told
+   * after every revocation look).
+   */
+  async recheck(): Promise<void> {
+    const ended = await this.#nodes.recheck();
+    if (ended > 0) {
+      this.#options.log(
+        `portcullis: hub https_tunnel: closed ${ended} stream(s) of nodes no longer admitted`,
+      );
+    }
   }
 
   /**
@@ -108,8 +137,24 @@ export class HttpsTunnel {
    */
   upgrade(request: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on("error", () => socket.destroy());
+    holdTlsReads(socket as TLSSocket);
+    socket.pause(); // until admitted: nothing is read meanwhile
+    this.#upgrade(request, socket as TLSSocket, head).catch(() => socket.destroy());
+  }
+
+  /** The upgrade's checks (the node's admission asked last), then the 101 and the stream. */
+  async #upgrade(request: IncomingMessage, socket: TLSSocket, head: Buffer): Promise<void> {
     const requestId = requestIdFor(request.headers["x-request-id"]);
-    const refusal = this.#refuseNode(socket as TLSSocket) ?? refuseRequest(request);
+    const node = certificateNode(socket, this.#options.revocations);
+    let refusal = this.#refuseNode(node) ?? refuseRequest(request);
+    const opened: { stream?: WebSocketStream } = {};
+    const release = refusal || !node.ok ? undefined : await this.#nodes.open(node, (why) => {
+      const stream = opened.stream;
+      if (!stream) return socket.destroy();
+      if (why === "revoked") stream.refuse(CloseCode.policyViolation, "Node no longer admitted");
+      else stream.refuse(CloseCode.goingAway, "Stream lifetime reached");
+    });
+    if (!refusal && !release) refusal = { kind: "node_not_allowed", reason: "node" };
     if (refusal) {
       const { kind, reason, status, headers } = refusal;
       const reply = failureReply(kind, requestId, { status, headers });
@@ -119,9 +164,11 @@ export class HttpsTunnel {
         { "x-request-id": requestId, "cache-control": "no-store" },
         () => {},
       );
-      const who = (socket as TLSSocket).remoteAddress;
+      const who = socket.remoteAddress;
       return this.#count(reason, `${kind} from ${who}`);
     }
+    if (socket.destroyed) return release!();
+    socket.once("close", release!);
     const key = request.headers["sec-websocket-key"] as string;
     socket.write(renderHead(101, [
       "upgrade",
@@ -131,15 +178,18 @@ export class HttpsTunnel {
       "sec-websocket-accept",
       acceptFor(key),
     ]));
-    this.#open(socket, head);
+    opened.stream = this.#open(socket, head);
+    socket.resume();
   }
 
   /** A WebSocket whose first message must be the dial op, within the time bound. */
-  #open(socket: Duplex, head: Buffer): void {
+  #open(socket: Duplex, head: Buffer): WebSocketStream {
     const { timeoutMs, maxFrameBytes } = this.#options;
     const stream: WebSocketStream = new WebSocketStream({
       side: "server",
       maxFrameBytes,
+      // A node that leaves a pong owed this long does not read: it is closed (1008).
+      pongDeadlineMs: timeoutMs,
       firstText: (text) => {
         clearTimeout(timer);
         this.#dial(stream, text);
@@ -161,6 +211,7 @@ export class HttpsTunnel {
       }
     });
     stream.attach(socket as net.Socket, head);
+    return stream;
   }
 
   /** The dial op: a port in the pool is relayed to; anything else closes with 1008. */
@@ -186,9 +237,8 @@ export class HttpsTunnel {
     });
   }
 
-  /** Why the certificate's node may not tunnel, if it may not. */
-  #refuseNode(socket: TLSSocket): Refused | undefined {
-    const node = certificateNode(socket, this.#options.revocations);
+  /** Why the certificate's node may not tunnel, if it may not (before asking `admits`). */
+  #refuseNode(node: ReturnType<typeof certificateNode>): Refused | undefined {
     if (!node.ok) return { kind: node.kind, reason: "node" };
     const allowed = this.#options.nodes;
     if (!NODE_ID.test(node.node)) return { kind: "unauthenticated", reason: "node" };
@@ -209,58 +259,4 @@ export class HttpsTunnel {
         `${this.#refused[reason]} since start; logged at most once a minute)`,
     );
   }
-}
-
-/** A refusal before the upgrade: the failure kind, how it is counted, status and headers. */
-interface Refused {
-  readonly kind: FailureKind;
-  readonly reason: TunnelRefusal;
-  readonly status?: number;
-  readonly headers?: Record<string, string>;
-}
-
-/** Why an upgrade request is not a tunnel request (RFC 6455 §4.2.1), if it is not. */
-function refuseRequest(request: IncomingMessage): Refused | undefined {
-  const path = new URL(request.url ?? "/", "http://hub").pathname;
-  if (path !== TUNNEL_PATH) return { kind: "route_not_allowed", reason: "request" };
-  if (request.method !== "GET") return { kind: "method_not_allowed", reason: "request" };
-  const upgrade = String(request.headers.upgrade ?? "").toLowerCase();
-  const key = request.headers["sec-websocket-key"];
-  if (upgrade !== "websocket" || !isWebSocketKey(typeof key === "string" ? key : undefined)) {
-    return { kind: "bad_request", reason: "request" };
-  }
-  if (request.headers["sec-websocket-version"] !== "13") {
-    const headers = { "sec-websocket-version": "13" };
-    return { kind: "bad_request", reason: "request", status: 426, headers };
-  }
-  return undefined;
-}
-
-/** The port of a dial op `{"op":"dial","port":N}` (those two keys only), if `text` is one. */
-export function dialPort(text: string): number | undefined {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return undefined;
-  const { op, port, ...rest } = value as Record<string, unknown>;
-  if (op !== "dial" || Object.keys(rest).length > 0) return undefined;
-  return Number.isInteger(port) && (port as number) >= 1 && (port as number) <= 65535
-    ? port as number
-    : undefined;
-}
-
-/**
- * The endpoint's ordinary requests: `/v1/tunnel` without an upgrade is answered 426 (RFC 9110
- * §15.5.22) naming `websocket`; everything else is `api`'s.
- */
-export function tunnelRoute(api: HubRoute): HubRoute {
-  return function routeTunnelRequest(request, response, requestId) {
-    const path = new URL(request.url ?? "/", "http://hub").pathname;
-    if (path !== TUNNEL_PATH) return api(request, response, requestId);
-    const headers = { upgrade: "websocket", connection: "Upgrade" };
-    return Promise.resolve(failureReply("bad_request", requestId, { status: 426, headers }));
-  };
 }

@@ -112,8 +112,11 @@ export async function startHub(
     const { revocations } = trust;
     credentials = await readApiCredentials(config, log, revocations);
     if (config.torpool && !options.pool) embedded = await startEmbeddedPool(config.torpool, log);
-    relay = await makeRelay(config, options.pool ?? embedded?.ports, log, revocations);
-    tunnel = await makeTunnel(config, options.pool ?? embedded?.ports, log, revocations);
+    // Who may use the transports: an active, unrevoked node that is no door, its certificate of
+    // its current incarnation and not in the CRL (node_standing.ts).
+    const admits = trust.admitsTransport;
+    relay = await makeRelay(config, options.pool ?? embedded?.ports, log, revocations, admits);
+    tunnel = await makeTunnel(config, options.pool ?? embedded?.ports, log, revocations, admits);
   } catch (error) {
     reloader.stop();
     doors?.stop();
@@ -148,6 +151,9 @@ export async function startHub(
     throw error;
   }
   listeners.arm();
+  // Each revocation look ends the transport streams of nodes no longer admitted.
+  trust.revocations.onLook(() => void relay?.recheck());
+  trust.revocations.onLook(() => void tunnel?.tunnel.recheck());
   trust.revocations.start();
   for (const { role, address } of actual) {
     const auth = (role === "api" && tls) || role === "socks5_tls" || role === "https_tunnel"

@@ -7,9 +7,11 @@
  *
  * A node's request passes its checks in one order, each a middleware: the query (a `node_id` that
  * is no file name is `bad_node_id` before any credential is looked at), the credential
- * (`api_auth.ts`), the `api.nodes` allow-list, then what the route needs (a door for the door
- * stream; anything but a door for the config set and the pool). Bodies are JSON objects of at most
- * 32 KiB read from the request (enrolment.ts), then checked by a valibot schema naming the field.
+ * (`api_auth.ts`: with the fleet CA, the node's standing before its serial), the `api.nodes`
+ * allow-list, then what the route needs (a node the CA registered as a door for the door stream;
+ * anything but a door — by registration or by `doors.nodes` — for the config set and the pool,
+ * whatever `api.nodes` says: node_standing.ts). Bodies are JSON objects of at most 32 KiB read
+ * from the request (json_body.ts), then checked by a valibot schema naming the field.
  *
  * @module
  */
@@ -84,9 +86,8 @@ export function hubApiApp(routes: HubRoutes, authenticate: NodeAuthenticator): H
   }
   if (doors) {
     declareRoute(app, DOOR_STREAM_PATH, {
-      GET: [...named(PollQuery), async function doorPoll(c) {
-        const type = await routes.options.nodeTypeOf(c.var.nodeId);
-        if (!doors.isDoorNode(c.var.nodeId, type)) {
+      GET: [...named(PollQuery), function doorPoll(c) {
+        if (!routes.mayFollowDoors(c.var.nodeId)) {
           return refuse("node_not_allowed", c.env.requestId);
         }
         const url = new URL(c.req.url);
@@ -108,7 +109,8 @@ export function hubApiApp(routes: HubRoutes, authenticate: NodeAuthenticator): H
     declareRoute(app, "/v1/nodes/renew", {
       POST: [...named(NodeQuery), jsonBody(RenewBody), async function renew(c) {
         const body = c.var.body as v.InferOutput<typeof RenewBody>;
-        return send(await enrolment.renew(body, c.env.requestId, c.var.nodeId));
+        const presented = c.var.auth.ok ? c.var.auth.certificate : undefined;
+        return send(await enrolment.renew(body, c.env.requestId, c.var.nodeId, presented));
       }],
     }, methodNotAllowed);
   }

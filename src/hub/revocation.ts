@@ -10,12 +10,18 @@
  * refuses the hub (a CA without a readable CRL would serve revoked nodes), later it keeps the last
  * good list and says why in the log, once per distinct reason.
  *
+ * With the fleet CA each look also reads the nodes' standing (node_standing.ts: `revoked/`, the
+ * marker `hub revoke` writes first, and `nodes/`), and those folders are watched like the CRL, so
+ * the listeners — held polls, and the relay and tunnel through {@link Revocations.admitsTransport}
+ * — hear of a revoked node at the same look, within `reload_ms` at worst.
+ *
  * @module
  */
 import { BootError } from "../boot/boot_error.ts";
 import { certificateSerial } from "../trust/ca.ts";
 import { readRevoked } from "../trust/crl.ts";
 import { describeIoError } from "../config/yaml_file.ts";
+import type { Judgement, NodeStanding } from "./node_standing.ts";
 
 /** Where the CRL is and the certificate that must have signed it. */
 export interface CrlSource {
@@ -46,23 +52,31 @@ export class Revocations {
   readonly #crl: CrlSource | undefined;
   readonly #reloadMs: number;
   readonly #log: (line: string) => void;
+  readonly #standing: NodeStanding | undefined;
   readonly #listeners = new Set<() => void>();
   #serials: ReadonlySet<string> = new Set();
   #loadedAt: string | undefined;
   #lastError: string | undefined;
   #timer: number | undefined;
-  #watcher: Deno.FsWatcher | undefined;
+  readonly #watchers = new Set<Deno.FsWatcher>();
   #looking: Promise<void> | undefined;
   #stopped = false;
   #looks = 0;
 
   /**
-   * @param options the CRL (none: token nodes only), how often to look, where failures are logged
+   * @param options the CRL (none: token nodes only), the nodes' standing, how often to look, where
+   *   failures are logged
    */
   constructor(
-    options: { crl?: CrlSource; reloadMs: number; log: (line: string) => void },
+    options: {
+      crl?: CrlSource;
+      standing?: NodeStanding;
+      reloadMs: number;
+      log: (line: string) => void;
+    },
   ) {
     this.#crl = options.crl;
+    this.#standing = options.standing;
     this.#reloadMs = options.reloadMs;
     this.#log = options.log;
   }
@@ -79,6 +93,11 @@ export class Revocations {
     } catch (error) {
       throw new BootError([`Cannot read the fleet CA's CRL: ${describeIoError(error)}`]);
     }
+    try {
+      await this.#standing?.look();
+    } catch (error) {
+      throw new BootError([`Cannot read the fleet CA's nodes: ${describeIoError(error)}`]);
+    }
   }
 
   /**
@@ -90,19 +109,22 @@ export class Revocations {
   start(): void {
     this.#timer = setInterval(() => this.look(), this.#reloadMs) as unknown as number;
     if (this.#crl) this.#watch(this.#crl.file);
+    for (const folder of this.#standing?.watched ?? []) this.#watch(folder);
   }
 
   #watch(file: string): void {
     if (this.#stopped) return;
     let watcher: Deno.FsWatcher;
     try {
-      watcher = this.#watcher = Deno.watchFs(file, { recursive: false });
+      watcher = Deno.watchFs(file, { recursive: false });
+      this.#watchers.add(watcher);
     } catch {
       return; // the timer still looks
     }
     (async () => {
       for await (const _event of watcher) break;
     })().catch(() => {}).finally(() => {
+      this.#watchers.delete(watcher);
       watcher.close();
       if (this.#stopped) return;
       this.look();
@@ -114,14 +136,35 @@ export class Revocations {
   stop(): void {
     this.#stopped = true;
     clearInterval(this.#timer);
-    try {
-      this.#watcher?.close();
-    } catch { /* closed after its event */ }
+    for (const watcher of this.#watchers) {
+      try {
+        watcher.close();
+      } catch { /* closed after its event */ }
+    }
   }
 
   /** True when the CRL lists this serial (any case, with or without leading zeros). */
   isRevoked(serial: string): boolean {
     return serial !== "" && this.#serials.has(serialKey(serial));
+  }
+
+  /**
+   * Whether a certificate of `nodeId` with `serial` is accepted by its node's standing
+   * (node_standing.ts: registered, not revoked, of its current incarnation); without the fleet
+   * CA, by the CRL alone. The caller reads the CRL too (auth.ts).
+   */
+  judge(nodeId: string, serial: string): Promise<Judgement> {
+    if (this.#standing) return this.#standing.judge(nodeId, serial);
+    return Promise.resolve(this.isRevoked(serial) ? "revoked" : "ok");
+  }
+
+  /**
+   * The relay's and the tunnel's check for a node's certificate: an active, unrevoked node that is
+   * no door, its serial of its current incarnation and not in the CRL (node_standing.ts).
+   */
+  admitsTransport(nodeId: string, serial: string): Promise<boolean> {
+    if (this.#standing) return this.#standing.admitsTransport(nodeId, serial);
+    return Promise.resolve(serial !== "" && !this.isRevoked(serial));
   }
 
   /** Calls `listener` after every look (changed or not). */
@@ -144,16 +187,15 @@ export class Revocations {
   }
 
   async #lookOnce(): Promise<void> {
-    try {
-      if (this.#crl) await this.#read();
-      this.#lastError = undefined;
-    } catch (error) {
-      const message = `Cannot read the fleet CA's CRL (keeping the last good one): ${
-        describeIoError(error)
-      }`;
-      if (message !== this.#lastError) this.#log(`portcullis: hub: ${message}`);
-      this.#lastError = message;
+    const failed = (what: string) => (error: unknown) =>
+      `Cannot read the fleet CA's ${what} (keeping the last good one): ${describeIoError(error)}`;
+    const crl = this.#crl ? await this.#read().then(() => undefined, failed("CRL")) : undefined;
+    const nodes = await this.#standing?.look().then(() => undefined, failed("nodes"));
+    const message = crl ?? nodes;
+    if (message !== undefined && message !== this.#lastError) {
+      this.#log(`portcullis: hub: ${message}`);
     }
+    this.#lastError = message;
     this.#looks++;
     for (const listener of this.#listeners) listener();
   }
@@ -167,6 +209,7 @@ export class Revocations {
       last_error: this.#lastError ?? null,
       reload_ms: this.#reloadMs,
       looks: this.#looks,
+      nodes: this.#standing?.status() ?? null,
     };
   }
 

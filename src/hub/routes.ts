@@ -16,6 +16,7 @@ import { failureReply } from "../request/errors.ts";
 import { jsonReply, type Reply } from "../request/reply.ts";
 import type { AuthResult, NodeAuthenticator } from "./auth.ts";
 import type { Enrolment } from "./enrolment.ts";
+import type { NodeStanding } from "./node_standing.ts";
 import type { Revocations } from "./revocation.ts";
 import type { DoorService } from "./mirrors/service.ts";
 import type { HubConfig } from "./config.ts";
@@ -55,8 +56,8 @@ export interface HubRoutesOptions {
   readonly revocations: Revocations;
   /** Registration and renewal, with the fleet CA (`ca`). */
   readonly enrolment?: Enrolment;
-  /** The type the fleet CA issued a node as (`edge`, `door`), when it knows. */
-  readonly nodeTypeOf: (nodeId: string) => Promise<string | undefined>;
+  /** Each node's registered type and standing (and `doors.nodes`): who is a door. */
+  readonly standing: NodeStanding;
   /** The door stream, when `doors` is configured. */
   readonly doors?: DoorService;
 }
@@ -119,11 +120,20 @@ export class HubRoutes {
     return jsonReply({ outcome: outcome.outcome, ...this.status() }, status);
   }
 
-  /** True when the node follows as a door (`doors.nodes`, or the type the CA issued it as). */
-  async isDoor(nodeId: string): Promise<boolean> {
-    const doors = this.options.doors;
-    if (!doors) return (await this.options.nodeTypeOf(nodeId)) === "door";
-    return doors.isDoorNode(nodeId, await this.options.nodeTypeOf(nodeId));
+  /**
+   * True when the node is a door — registered by the CA as one, or listed in `doors.nodes` — and
+   * so never gets the tenant set or the pool (node_standing.ts).
+   */
+  isDoor(nodeId: string): Promise<boolean> {
+    return Promise.resolve(this.options.standing.isDoor(nodeId));
+  }
+
+  /**
+   * True when the node may follow the door stream: registered by the CA as a door (and listed when
+   * `doors.nodes` is set); without the CA, listed.
+   */
+  mayFollowDoors(nodeId: string): boolean {
+    return this.options.standing.mayFollowDoors(nodeId);
   }
 
   /**

@@ -101,6 +101,18 @@ const Ca = v.strictObject({
   dir: Text,
   /** How long a node certificate is valid. */
   lifetime_days: v.optional(wholeNumber(1, 3650), 365),
+  /**
+   * Renewal is answered only while the certificate presented has at most this many days left
+   * (`renewal_too_early` with Retry-After before); the nodes' default `renew_before_days` is 30.
+   */
+  renew_before_days: v.optional(wholeNumber(1, 3650), 30),
+  /** At most one certificate per node per this many seconds (registration included); 0: no limit. */
+  renew_interval_seconds: v.optional(wholeNumber(0, 31_536_000), 3600),
+  /**
+   * A registration whose answer was lost may be asked again with the same secret and key for this
+   * long, and gets the same certificate; 0: never.
+   */
+  registration_retry_seconds: v.optional(wholeNumber(0, 86_400), 600),
 });
 
 /** How often revocations are looked for (the CRL, removed token files), besides on change. */
@@ -108,6 +120,9 @@ const Revocation = v.optional(
   v.strictObject({ reload_ms: v.optional(wholeNumber(100, 3_600_000), 60_000) }),
   {},
 );
+
+/** How long a relay or tunnel stream stays open unless `transport.max_stream_seconds` says. */
+export const DEFAULT_MAX_STREAM_SECONDS = 3600;
 
 /** The hub config schema. */
 export const HubConfigSchema = v.strictObject({
@@ -128,6 +143,11 @@ export const HubConfigSchema = v.strictObject({
     v.strictObject({
       socks5_tls: v.optional(Socks5Tls),
       https_tunnel: v.optional(HttpsTunnel),
+      /**
+       * The longest a relay or tunnel stream stays open: the hub then closes it, and the edge
+       * dials a new one for its next request (default one hour, at most a week).
+       */
+      max_stream_seconds: v.optional(wholeNumber(1, 604_800), DEFAULT_MAX_STREAM_SECONDS),
     }),
   ),
   pool: v.optional(Pool),

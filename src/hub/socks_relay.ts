@@ -8,9 +8,15 @@
  *
  * Refused — the connection closed, nothing relayed: a client without a certificate or with one the
  * client CA did not sign (the TLS layer refuses it), a certificate that does not name exactly one
- * node id, a node not in `api.nodes` (when set), no ALPN, or ALPN naming a port not in the pool.
- * The port is checked twice: by `ALPNCallback` during the handshake (against the pool as it is
- * then, so a pool that grows or shrinks needs no new server) and again after it.
+ * node id, a node not in `api.nodes` (when set), a node the hub's fleet trust does not admit
+ * (`admits`: revoked, a door — whatever `api.nodes` or `doors.nodes` say —, a certificate not its
+ * current one), no ALPN, or ALPN naming a port not in the pool. The port is checked twice: by
+ * `ALPNCallback` during the handshake (against the pool as it is then, so a pool that grows or
+ * shrinks needs no new server) and again after it.
+ *
+ * A relayed stream ends with its node (`node_streams.ts`): at each revocation look the hub asks
+ * `admits` again and destroys both sockets of every stream no longer admitted, and a stream open
+ * for `transport.max_stream_seconds` is ended the same way (the edge's pool dials a new one).
  *
  * Measured on Deno 2.9.6 before choosing ALPN: a `node:tls` server with `ALPNProtocols` selects a
  * matching protocol and answers an unknown one with the `no_application_protocol` alert; with
@@ -24,7 +30,9 @@
  * @module
  */
 import tls from "node:tls";
+import { holdTlsReads } from "../egress/tls_reads.ts";
 import { certificateNode, NODE_ID, type RevocationCheck } from "./auth.ts";
+import { type Admits, NodeStreams, type StreamEnd } from "./node_streams.ts";
 import { pipeToPool, PortStreams } from "./pool_pipe.ts";
 
 /**
@@ -79,6 +87,10 @@ export interface SocksRelayOptions {
   readonly nodes?: readonly string[];
   /** The fleet CA's revocations: a revoked certificate is refused like an unknown one. */
   readonly revocations?: RevocationCheck;
+  /** The fleet trust's check of a node and its certificate serial, at connect and at each look. */
+  readonly admits?: Admits;
+  /** The longest a relayed stream stays open, in ms (none: no bound). */
+  readonly maxStreamMs?: number;
   /** Time allowed for the TLS handshake, and for the connect to the pool instance. */
   readonly timeoutMs: number;
   /** Where refusals are logged (at most once a minute per reason). */
@@ -97,6 +109,7 @@ export class SocksRelay {
   readonly server: tls.Server;
   readonly #options: SocksRelayOptions;
   readonly #streams: PortStreams;
+  readonly #nodes: NodeStreams;
   readonly #refused: Record<RelayRefusal, number> = { alpn: 0, node: 0, upstream: 0 };
   readonly #loggedAt: Record<RelayRefusal, number> = {
     alpn: -Infinity,
@@ -108,6 +121,7 @@ export class SocksRelay {
   constructor(options: SocksRelayOptions) {
     this.#options = options;
     this.#streams = new PortStreams(options.pool);
+    this.#nodes = new NodeStreams({ admits: options.admits, maxLifetimeMs: options.maxStreamMs });
     const { pool, tls: credentials, timeoutMs } = options;
     this.server = tls.createServer({
       ...credentials,
@@ -122,7 +136,7 @@ export class SocksRelay {
           return port !== undefined && ports.includes(port);
         });
       },
-    }, (socket) => this.#accept(socket));
+    }, (socket) => void this.#accept(socket).catch(() => socket.destroy()));
   }
 
   /** Streams relayed to `port` right now. */
@@ -132,21 +146,39 @@ export class SocksRelay {
 
   /**
    * Counts for status: streams per port now, streams relayed since start (their pool connect
-   * succeeded), refusals by reason (`upstream`: the pool instance could not be reached).
+   * succeeded), refusals by reason (`upstream`: the pool instance could not be reached), and
+   * streams the hub ended (`revoked`: their node no longer admitted; `lifetime`).
    */
   snapshot(): {
     active: Record<string, number>;
     relayed: number;
     refused: Record<RelayRefusal, number>;
+    ended: Record<StreamEnd, number>;
   } {
     return {
       ...this.#streams.counts(),
       refused: { ...this.#refused },
+      ended: this.#nodes.counts().ended,
     };
   }
 
+  /**
+   * Asks again whether each open stream's node is admitted, and ends those that are not (told
+   * after every revocation look).
+   */
+  async recheck(): Promise<void> {
+    const ended = await this.#nodes.recheck();
+    if (ended > 0) {
+      this.#options.log(
+        `portcullis: hub socks5_tls: ended ${ended} stream(s) of nodes no longer admitted`,
+      );
+    }
+  }
+
   /** A finished handshake: checks the port and the node, then relays. */
-  #accept(socket: tls.TLSSocket): void {
+  async #accept(socket: tls.TLSSocket): Promise<void> {
+    socket.on("error", () => socket.destroy());
+    holdTlsReads(socket); // nothing read past the kernel's buffers while admission is asked
     const port = portOfAlpn(socket.alpnProtocol);
     if (port === undefined || !this.#options.pool.ports().includes(port)) {
       return this.#refuse(socket, "alpn", `ALPN ${JSON.stringify(socket.alpnProtocol)}`);
@@ -157,6 +189,14 @@ export class SocksRelay {
       const who = node.ok ? `node ${JSON.stringify(node.node)}` : node.kind;
       return this.#refuse(socket, "node", who);
     }
+    const release = await this.#nodes.open(node, function endRelayed() {
+      socket.destroy();
+    });
+    if (!release) {
+      return this.#refuse(socket, "node", `node ${JSON.stringify(node.node)} not admitted`);
+    }
+    if (socket.destroyed) return release();
+    socket.once("close", release);
     this.#relay(socket, port);
   }
 

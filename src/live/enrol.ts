@@ -3,16 +3,24 @@
  * before it expires, both over the hub's api listener.
  *
  * Registration runs at boot while `cert_file` does not exist and `register.secret_file` does: the
- * node makes a fresh ECDSA key and a request naming only its node id, presents the secret, and
- * writes the key, then the certificate chain it gets back, each atomically with mode 0600, and
- * only then removes the secret (spent on the hub either way). A refusal is one answer whatever the
- * cause; the hub's log says which.
+ * node makes a fresh ECDSA key and writes it to `<key_file>.new` (mode 0600) *before* it presents
+ * the secret with a request naming only its node id, then writes the certificate chain it gets
+ * back to `<cert_file>.new` and renames both into place, key then certificate, and only then
+ * removes the secret. The secret is spent on the hub at the first right answer; because the key is
+ * already on disk, a registration whose answer was lost (a timeout, a crash, a file it could not
+ * write) asks again with the same key and secret and gets the same certificate while the hub's
+ * `ca.registration_retry_seconds` last (hub/enrolment.ts). A key that cannot be written fails
+ * before the secret is spent (issue 31: a door's flags lacked `<key>.new`, and its first attempt
+ * spent the secret). A refusal (403) is one answer whatever the cause — the hub's log says which
+ * — and drops the waiting key, so the next secret registers a fresh one.
  *
  * Renewal runs on a timer while the node serves: when the certificate has fewer than
  * `renew_before_days` left, a new key and request go to `POST /v1/nodes/renew`, authenticated by
  * the certificate still valid; the new pair is written beside the old one (`<file>.new`) and
  * renamed over it, key then certificate, so the old pair stays whole until both new files are on
- * disk.
+ * disk. A hub that says `renewal_too_early` (429, its `ca.renew_before_days` or
+ * `ca.renew_interval_seconds`) is believed: the node keeps its certificate and asks again after
+ * the Retry-After it gave, not before.
  *
  * @module
  */
@@ -21,9 +29,9 @@ import * as x509 from "@peculiar/x509";
 import type { HubClientConfig } from "../config/runtime_source.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
 import { certificateNotAfter } from "../trust/ca.ts";
-import { makeNodeKeyAndCsr } from "../trust/csr.ts";
+import { csrForKey, makeNodeKeyAndCsr } from "../trust/csr.ts";
 import { readNodeSecretFile } from "../trust/node_secrets.ts";
-import { readAnswerError } from "./hub_answer.ts";
+import { HubRefusal, readAnswerError } from "./hub_answer.ts";
 
 const PEM = { maxBytes: 1 << 20 } as const;
 
@@ -61,9 +69,18 @@ export async function ensureNodeCertificate(
         `"${nodeId}"`,
     );
   }
-  const { keyPem, csrPem } = await makeNodeKeyAndCsr(nodeId);
+  const { keyPem, csrPem } = await waitingKey(hub.keyFile, nodeId);
   const body = { node_id: nodeId, node_type: nodeType, csr: csrPem, secret: secret.secret };
-  const answer = await postToHub(hub, "/v1/nodes/register", body);
+  let answer: Record<string, unknown>;
+  try {
+    answer = await postToHub(hub, "/v1/nodes/register", body);
+  } catch (error) {
+    // Refused for good: the next secret registers a fresh key. Anything else: ask again with it.
+    if (error instanceof HubRefusal && error.status === 403) {
+      await Deno.remove(`${hub.keyFile}.new`).catch(() => {});
+    }
+    throw error;
+  }
   const chain = checkedChain(answer, nodeId, "registration");
   await replacePair(hub, keyPem, chain);
   await Deno.remove(hub.secretFile).catch(() => {});
@@ -75,10 +92,46 @@ export async function ensureNodeCertificate(
 }
 
 /**
+ * The key a registration asks with: the one an earlier attempt left in `<keyFile>.new` (its answer
+ * was lost), else a fresh one written there first — a key that cannot be written fails here,
+ * before the secret is presented.
+ */
+async function waitingKey(
+  keyFile: string,
+  nodeId: string,
+): Promise<{ keyPem: string; csrPem: string }> {
+  const waiting = `${keyFile}.new`;
+  const kept = await Deno.readTextFile(waiting).catch(() => undefined);
+  if (kept !== undefined) {
+    try {
+      return { keyPem: kept, csrPem: await csrForKey(nodeId, kept) };
+    } catch { /* not a key of ours: made afresh below */ }
+  }
+  const made = await makeNodeKeyAndCsr(nodeId);
+  await Deno.remove(waiting).catch(() => {});
+  await Deno.writeTextFile(waiting, made.keyPem, { mode: 0o600, createNew: true });
+  return made;
+}
+
+/** The hub said a renewal is too early: ask again after `retryAfterMs`, not before. */
+export class RenewalDeferred extends Error {
+  /** How long the hub said to wait. */
+  readonly retryAfterMs: number;
+
+  /** @param retryAfterMs the hub's Retry-After, in ms */
+  constructor(retryAfterMs: number) {
+    super(`the hub says renewal is too early; asking again in ${Math.ceil(retryAfterMs / 1000)} s`);
+    this.name = "RenewalDeferred";
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/**
  * Renews the certificate when fewer than `renewBeforeDays` remain.
  *
  * @param now the time to judge the certificate by (tests pass one)
  * @returns true when a new certificate was written
+ * @throws {RenewalDeferred} when the hub says it is too early (with how long to wait)
  * @throws Error with the hub's answer when the renewal was refused or failed
  */
 export async function renewIfDue(
@@ -128,6 +181,10 @@ export class CertificateRenewal {
   readonly #options: { nodeId: string; hub: RenewingHub; log: (line: string) => void };
   readonly #checkMs: number;
   #timer: number | undefined;
+  #retry: number | undefined;
+  /** No renewal is asked before this (epoch ms): what the hub's last Retry-After said. */
+  #notBefore = 0;
+  #renewed: () => void = () => {};
   #last: { at: string; outcome: string } | undefined;
 
   /** @param options the node, its hub, the log, and how often to look (default hourly) */
@@ -145,24 +202,33 @@ export class CertificateRenewal {
 
   /** Looks now and on the timer; `renewed` runs after each new certificate is on disk. */
   start(renewed: () => void): void {
+    this.#renewed = renewed;
     const check = () => void this.check().then((done) => done && renewed());
     check();
     this.#timer = setInterval(check, this.#checkMs) as unknown as number;
   }
 
-  /** Stops the timer. */
+  /** Stops the timers. */
   stop(): void {
     clearInterval(this.#timer);
+    clearTimeout(this.#retry);
+    this.#retry = undefined;
   }
 
-  /** Renews if due; true when a new certificate was written. */
+  /**
+   * Renews if due; true when a new certificate was written. Nothing is asked before the time a
+   * `renewal_too_early` answer named; a check then is scheduled when it comes before the next one.
+   */
   async check(): Promise<boolean> {
+    if (Date.now() < this.#notBefore) return false;
     try {
       const renewed = await renewIfDue(this.#options);
       if (renewed) this.#last = { at: new Date().toISOString(), outcome: "renewed" };
       return renewed;
     } catch (error) {
-      const outcome = `failed: ${(error as Error).message}`;
+      const deferred = error instanceof RenewalDeferred;
+      if (deferred) this.#defer(error.retryAfterMs);
+      const outcome = `${deferred ? "deferred" : "failed"}: ${(error as Error).message}`;
       if (outcome !== this.#last?.outcome) {
         this.#options.log(
           `portcullis: certificate renewal ${outcome} (the current one serves meanwhile)`,
@@ -171,6 +237,17 @@ export class CertificateRenewal {
       this.#last = { at: new Date().toISOString(), outcome };
       return false;
     }
+  }
+
+  /** Waits `ms` before the next ask, checking again then if that is before the next timer. */
+  #defer(ms: number): void {
+    this.#notBefore = Date.now() + ms;
+    clearTimeout(this.#retry);
+    if (this.#timer === undefined || ms >= this.#checkMs) return;
+    this.#retry = setTimeout(() => {
+      this.#retry = undefined;
+      void this.check().then((done) => done && this.#renewed());
+    }, ms) as unknown as number;
   }
 
   /** The last renewal's time and outcome, for `/v1/config`. */
@@ -198,7 +275,12 @@ async function postToHub(
       signal: AbortSignal.timeout(30_000),
     });
     const text = await response.text();
-    if (response.status !== 200) throw readAnswerError(response.status, text);
+    const refusal = response.status === 200 ? undefined : readAnswerError(response.status, text);
+    if (refusal?.code === "renewal_too_early") {
+      const seconds = Number(response.headers.get("retry-after"));
+      throw new RenewalDeferred(Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 60_000);
+    }
+    if (refusal) throw refusal;
     return JSON.parse(text);
   } finally {
     own?.close();
@@ -224,9 +306,9 @@ function checkedChain(answer: Record<string, unknown>, nodeId: string, what: str
 
 /**
  * Writes a new key and certificate beside the files they replace (`<file>.new`, mode 0600, made
- * afresh), then renames them into place, key then certificate: the names are fixed so the edge's
- * write grants can name them exactly (src/boot/flags.ts), and the old pair stays whole until both
- * new files are on disk.
+ * afresh; a key a registration wrote there already is kept), then renames them into place, key
+ * then certificate: the names are fixed so the node's write grants can name them exactly
+ * (src/boot/flags.ts), and the old pair stays whole until both new files are on disk.
  */
 async function replacePair(
   files: { readonly keyFile: string; readonly certFile: string },
@@ -234,6 +316,7 @@ async function replacePair(
   chainPem: string,
 ): Promise<void> {
   for (const [file, text] of [[files.keyFile, keyPem], [files.certFile, chainPem]]) {
+    if (await Deno.readTextFile(`${file}.new`).then((t) => t === text, () => false)) continue;
     await Deno.remove(`${file}.new`).catch(() => {});
     await Deno.writeTextFile(`${file}.new`, text, { mode: 0o600, createNew: true });
   }

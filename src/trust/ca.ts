@@ -9,8 +9,10 @@
  * and a chain stays small. Serials are 16 random bytes whose first is 0x01–0x7f: positive and never
  * padded, so the hex `@peculiar/x509` shows is the hex generated, and one spelling (pem.ts's
  * `normaliseSerial`) holds across certificates, the issued index and the CRL. Each issue is
- * recorded in `issued/<serial>.json` with its node and node type, so a node can be revoked by id
- * (crl.ts); the certificate itself names only the node.
+ * recorded in `issued/<node_id>/<serial>.json` with its node, node type and incarnation, so a
+ * node can be revoked by id (crl.ts); the certificate itself names only the node. What a node is
+ * (its type, its incarnation, whether it is revoked) lives in `nodes/` and `revoked/`
+ * (node_registry.ts), never in these records.
  *
  * A CA is never overwritten: {@link initCa} refuses a folder that holds any of its files, and links
  * each file into place, which fails where a concurrent run got there first.
@@ -56,10 +58,14 @@ export interface CaFiles {
   hubCert: string;
   hubKey: string;
   crl: string;
-  /** One `<serial>.json` per certificate issued to a node. */
+  /** One `<node_id>/<serial>.json` per certificate issued to a node. */
   issuedDir: string;
   /** One-time registration secrets (node_secrets.ts). */
   secretsDir: string;
+  /** One `<node_id>.json` per registered node: its type and incarnation (node_registry.ts). */
+  nodesDir: string;
+  /** One `<node_id>.json` per revoked node, written by `hub revoke` (node_registry.ts). */
+  revokedDir: string;
 }
 
 /** The paths of the CA in `dir`. */
@@ -75,6 +81,8 @@ export function caFiles(dir: string): CaFiles {
     crl: join(dir, "crl.pem"),
     issuedDir: join(dir, "issued"),
     secretsDir: join(dir, "secrets"),
+    nodesDir: join(dir, "nodes"),
+    revokedDir: join(dir, "revoked"),
   };
 }
 
@@ -107,6 +115,8 @@ export interface NodeCsrRequest {
   csrPem: string;
   nodeId: string;
   nodeType: "edge" | "door";
+  /** The node's incarnation the certificate is issued to (node_registry.ts); 1 by default. */
+  incarnation?: number;
   lifetimeDays: number;
   now?: Date;
 }
@@ -123,7 +133,7 @@ const CA_USAGE = x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign;
 const MAX_PEM = 64 * 1024;
 
 /**
- * Makes a CA in `dir` (created 0700, with `issued/` and `secrets/` 0700): root, intermediate, the
+ * Makes a CA in `dir` (created 0700, with `issued/`, `secrets/`, `nodes/`, `revoked/` 0700): root, intermediate, the
  * hub's server certificate for `names` (`hub.crt` holds it and the intermediate), and an empty
  * CRL. Keys are written 0600, certificates and the CRL 0644.
  *
@@ -219,9 +229,11 @@ async function refuseExisting(files: CaFiles): Promise<void> {
   }
 }
 
-/** The CA folder and its two subfolders, 0700 whatever the umask. */
+/** The CA folder and its subfolders, 0700 whatever the umask. */
 async function makeFolders(files: CaFiles): Promise<void> {
-  for (const folder of [files.dir, files.issuedDir, files.secretsDir]) {
+  for (
+    const folder of [files.dir, files.issuedDir, files.secretsDir, files.nodesDir, files.revokedDir]
+  ) {
     await Deno.mkdir(folder, { recursive: true, mode: 0o700 });
     await Deno.chmod(folder, 0o700);
   }
@@ -264,7 +276,7 @@ export async function loadIssuer(dir: string): Promise<Issuer> {
  * Judges a node's request (csr.ts) and, when it passes, issues the node a client certificate:
  * subject `CN=<nodeId>` only, CA:false, digitalSignature, clientAuth, valid from 5 minutes before
  * `now` for `lifetimeDays` (never past the intermediate's end). The issue is recorded in
- * `issued/<serial>.json`.
+ * `issued/<node_id>/<serial>.json` with the incarnation asked for.
  *
  * @returns the leaf and the intermediate as PEM, the serial and the end; or why the request was
  *   refused
@@ -305,6 +317,7 @@ export async function signNodeCsr(issuer: Issuer, request: NodeCsrRequest): Prom
     serial,
     nodeId,
     nodeType,
+    incarnation: request.incarnation ?? 1,
     notBefore: cert.notBefore,
     notAfter: cert.notAfter,
     issuedAt: now,
@@ -314,7 +327,8 @@ export async function signNodeCsr(issuer: Issuer, request: NodeCsrRequest): Prom
 }
 
 /**
- * Every certificate the CA in `dir` issued to `nodeId`, from `issued/*.json`, by serial.
+ * Every certificate the CA in `dir` issued to `nodeId` (every incarnation), from
+ * `issued/<node_id>/*.json`, by serial.
  *
  * @throws {Error} naming the folder or the record that cannot be read or is malformed
  */

@@ -68,6 +68,39 @@ export async function makeNodeKeyAndCsr(
 }
 
 /**
+ * A request for a key the node already holds (a registration asked again with the key written
+ * before the first attempt, live/enrol.ts): subject `CN=<nodeId>` only, signed with SHA-256.
+ *
+ * @param keyPem the node's ECDSA P-256 key, PKCS#8 `PRIVATE KEY` PEM
+ * @throws {RangeError} when `nodeId` is not a node id
+ * @throws {TypeError} when the key is not one PKCS#8 P-256 key
+ */
+export async function csrForKey(nodeId: string, keyPem: string): Promise<string> {
+  if (!NODE_ID.test(nodeId)) throw new RangeError(`Node id "${nodeId}" is not a node id`);
+  const der = pemOf(keyPem, "PRIVATE KEY")[0];
+  const privateKey = await crypto.subtle.importKey("pkcs8", der, NODE_KEY, true, ["sign"]);
+  const { d: _d, key_ops: _ops, ...jwk } = await crypto.subtle.exportKey("jwk", privateKey);
+  const publicKey = await crypto.subtle.importKey("jwk", jwk, NODE_KEY, true, ["verify"]);
+  const request = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: [{ CN: [nodeId] }],
+    keys: { privateKey, publicKey },
+    signingAlgorithm: { ...NODE_KEY, hash: "SHA-256" },
+  }, crypto);
+  return toPem(request.rawData, "CERTIFICATE REQUEST");
+}
+
+/**
+ * SHA-256 of the SubjectPublicKeyInfo a request carries, as lowercase hex: which key it is, for a
+ * registration asked again (spent_secrets.ts). Undefined when the request does not parse.
+ */
+export async function csrKeySha256(csrPem: string): Promise<string | undefined> {
+  const parsed = csrPem.length <= MAX_CSR_BYTES ? parseRequest(csrPem) : "too long";
+  if (typeof parsed === "string") return undefined;
+  const digest = await crypto.subtle.digest("SHA-256", parsed.publicKey.rawData);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
  * Writes a key, a secret or the certificate that goes with them: whole or not at all, mode 0600
  * (a temporary file in the same folder, renamed into place; an existing file is replaced).
  */

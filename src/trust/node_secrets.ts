@@ -20,6 +20,12 @@
  * succeeds and the other answers as for a wrong secret. The winner reads the renamed file again
  * (the operator may have issued a new secret between the read and the rename), then deletes it.
  *
+ * A secret names the node's type and the incarnation it registers (node_registry.ts: 1 for a new
+ * node, one more for each `add-node --reprovision`; a file without one is incarnation 1). The same
+ * folder read also takes in the `<id>.spent` records of registrations answered lately
+ * (spent_secrets.ts): a used secret presented again is compared against its record's digest in
+ * constant time too, and the record comes back so the hub can answer a retry.
+ *
  * @module
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
@@ -28,6 +34,7 @@ import { readNamedFile, readRootedText, RootedReadError } from "../config/rooted
 import { describeIoError } from "../config/yaml_file.ts";
 import { NODE_ID } from "./csr.ts";
 import { randomSerial, writeFileAtomic } from "./pem.ts";
+import { parseSpent, sha256Hex, SPENT_SUFFIX, type SpentSecret } from "./spent_secrets.ts";
 
 /** The kinds of node a secret can register. */
 export type NodeType = "edge" | "door";
@@ -37,14 +44,16 @@ export interface NodeSecretFile {
   nodeId: string;
   nodeType: string;
   secret: string;
+  /** The incarnation the secret registers (1 when the file names none). */
+  incarnation: number;
 }
 
 const SUFFIX = ".secret";
 const MAX_SECRET_FILE = 4096;
 
 /**
- * Makes a one-time secret for `nodeId`: 32 random bytes, base64url, written with the node's id and
- * type to `<secretsDir>/<nodeId>.secret` (JSON, mode 0600, written whole).
+ * Makes a one-time secret for `nodeId`: 32 random bytes, base64url, written with the node's id,
+ * type and incarnation to `<secretsDir>/<nodeId>.secret` (JSON, mode 0600, written whole).
  *
  * @throws {RangeError} when `nodeId` is not a node id, or `nodeType` not "edge" or "door"
  * @throws {Error} naming the file, when a secret for the node is waiting to be used, or the file
@@ -54,16 +63,26 @@ export async function addNodeSecret(
   secretsDir: string,
   nodeId: string,
   nodeType: NodeType,
+  incarnation = 1,
 ): Promise<{ file: string; secret: string }> {
   if (!NODE_ID.test(nodeId)) throw new RangeError(`Node id "${nodeId}" is not a node id`);
   if (nodeType !== "edge" && nodeType !== "door") {
     throw new RangeError(`Node type "${nodeType}" is not "edge" or "door"`);
   }
+  if (!Number.isSafeInteger(incarnation) || incarnation < 1) {
+    throw new RangeError(`Incarnation ${incarnation} is not a whole number of 1 or more`);
+  }
   const bytes = crypto.getRandomValues(new Uint8Array(32));
   const secret = btoa(String.fromCharCode(...bytes)).replaceAll("+", "-").replaceAll("/", "_")
     .replace(/=+$/, "");
   const file = join(secretsDir, `${nodeId}${SUFFIX}`);
-  const json = { node_id: nodeId, node_type: nodeType, secret, created_at: new Date() };
+  const json = {
+    node_id: nodeId,
+    node_type: nodeType,
+    incarnation,
+    secret,
+    created_at: new Date(),
+  };
   try {
     await writeFileAtomic(file, `${JSON.stringify(json, null, 2)}\n`, {
       mode: 0o600,
@@ -105,20 +124,37 @@ function parseSecretFile(text: string, what: string): NodeSecretFile {
     if (typeof value === "string" && pattern.test(value)) return value;
     throw new Error(`${what} has no valid field "${name}"`);
   };
+  const incarnation = json?.incarnation ?? 1;
+  if (typeof incarnation !== "number" || !Number.isSafeInteger(incarnation) || incarnation < 1) {
+    throw new Error(`${what} has no valid field "incarnation"`);
+  }
   return {
     nodeId: field("node_id", NODE_ID),
     nodeType: field("node_type", /^[a-z]{1,32}$/),
     secret: field("secret", /^[\x21-\x7e]{16,1024}$/),
+    incarnation,
   };
 }
 
-/** What {@link NodeSecrets.consume} answers. */
-export type ConsumeResult = { ok: true; nodeType: NodeType } | { ok: false };
+/**
+ * What {@link NodeSecrets.consume} answers: the secret's type and incarnation; or a refusal, with
+ * the spent record when the secret presented is one a registration used within its retry window.
+ */
+export type ConsumeResult =
+  | { ok: true; nodeType: NodeType; incarnation: number }
+  | { ok: false; spent?: SpentSecret };
 
 /** A usable secret, as held between the folder read and the comparison. */
 interface Held {
   readonly digest: Uint8Array;
   readonly nodeType: NodeType;
+  readonly incarnation: number;
+}
+
+/** What one folder read holds: usable secrets, and spent records still in their window. */
+interface Folder {
+  readonly held: Map<string, Held>;
+  readonly spent: Map<string, { readonly digest: Uint8Array; readonly record: SpentSecret }>;
 }
 
 /** The hub's side: consumes each secret at most once, answering alike for every refusal. */
@@ -143,21 +179,29 @@ export class NodeSecrets {
 
   /**
    * Consumes `nodeId`'s secret when `presented` is it: the first such call answers ok with the
-   * node's type and deletes the secret; every other call — wrong secret, unknown or malformed node
-   * id, used secret, file open to group or others, a concurrent call that lost — answers
-   * `{ ok: false }` after the same work.
+   * node's type and incarnation and deletes the secret; every other call — wrong secret, unknown or
+   * malformed node id, used secret, file open to group or others, a concurrent call that lost —
+   * answers `{ ok: false }` after the same work, with the node's spent record when `presented` is
+   * the secret that record was made for (and its window has not passed).
    */
   async consume(nodeId: string, presented: string): Promise<ConsumeResult> {
-    const held = await this.#readFolder();
+    const { held, spent } = await this.#readFolder();
     const wellFormed = /^[\x21-\x7e]{1,1024}$/.test(presented);
     const entry = held.get(nodeId);
     const same = timingSafeEqual(
       this.#digest(wellFormed ? presented : ""),
       entry?.digest ?? this.#dummy,
     );
-    if (!same || !entry || !wellFormed) return { ok: false };
+    const used = spent.get(nodeId);
+    const again = timingSafeEqual(
+      this.#digest(await sha256Hex(wellFormed ? presented : "")),
+      used?.digest ?? this.#dummy,
+    );
+    if (!same || !entry || !wellFormed) {
+      return again && used && wellFormed ? { ok: false, spent: used.record } : { ok: false };
+    }
     return await this.#claim(nodeId, presented)
-      ? { ok: true, nodeType: entry.nodeType }
+      ? { ok: true, nodeType: entry.nodeType, incarnation: entry.incarnation }
       : { ok: false };
   }
 
@@ -165,17 +209,28 @@ export class NodeSecrets {
     return new Uint8Array(createHmac("sha256", this.#key).update(secret).digest());
   }
 
-  /** Every usable `<id>.secret` in the folder, as digests; never throws. */
-  async #readFolder(): Promise<Map<string, Held>> {
-    const held = new Map<string, Held>();
+  /**
+   * Every usable `<id>.secret` in the folder, as digests, and every `<id>.spent` still in its
+   * window (one past it is removed); never throws.
+   */
+  async #readFolder(): Promise<Folder> {
+    const folder: Folder = { held: new Map(), spent: new Map() };
     const refusals: string[] = [];
     try {
       for await (const entry of Deno.readDir(this.#dir)) {
+        if (entry.name.endsWith(SPENT_SUFFIX)) {
+          await this.#readSpent(entry.name, folder, refusals);
+          continue;
+        }
         const nodeId = entry.name.endsWith(SUFFIX) ? entry.name.slice(0, -SUFFIX.length) : "";
         if (!NODE_ID.test(nodeId)) continue;
         try {
           const file = await this.#readSecret(entry.name);
-          held.set(nodeId, { digest: this.#digest(file.secret), nodeType: typeOf(file, nodeId) });
+          folder.held.set(nodeId, {
+            digest: this.#digest(file.secret),
+            nodeType: typeOf(file, nodeId),
+            incarnation: file.incarnation,
+          });
         } catch (error) {
           // Used since the listing: nothing to report.
           if (error instanceof RootedReadError && error.reason === "missing") continue;
@@ -191,7 +246,26 @@ export class NodeSecrets {
       }
     }
     this.#refusals = new Set(refusals);
-    return held;
+    return folder;
+  }
+
+  /** One `<id>.spent` into `folder` while its window lasts; removed once it has passed. */
+  async #readSpent(name: string, folder: Folder, refusals: string[]): Promise<void> {
+    const nodeId = name.slice(0, -SPENT_SUFFIX.length);
+    if (!NODE_ID.test(nodeId)) return;
+    try {
+      const text = await readRootedText(this.#dir, name, { maxBytes: 64 * 1024, secret: true });
+      const record = parseSpent(text, `File "${name}"`);
+      if (record.nodeId !== nodeId) throw new Error(`File "${name}" names node "${record.nodeId}"`);
+      if (Date.parse(record.until) <= Date.now()) {
+        await Deno.remove(join(this.#dir, name)).catch(() => {});
+        return;
+      }
+      folder.spent.set(nodeId, { digest: this.#digest(record.secretSha256), record });
+    } catch (error) {
+      if (error instanceof RootedReadError && error.reason === "missing") return;
+      refusals.push(`${(error as Error).message}; node "${nodeId}" cannot register again`);
+    }
   }
 
   async #readSecret(name: string): Promise<NodeSecretFile> {

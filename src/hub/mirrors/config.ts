@@ -21,7 +21,7 @@ export interface DoorsConfig {
   /** The folder of `<host>.yaml` mirror files. */
   readonly mirrorsDir: string;
   readonly slugsFile: string;
-  /** Door nodes allowed to follow; undefined allows any node whose type is door. */
+  /** Nodes that are doors (`doors.nodes`; a list only narrows: hub/node_standing.ts). */
   readonly nodes?: readonly string[];
   readonly watch: boolean;
   readonly debounceMs: number;

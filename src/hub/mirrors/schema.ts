@@ -69,7 +69,12 @@ export const DoorsSchema = v.strictObject({
   mirrors_dir: Text,
   /** The slugs doors answer, each with its strategy and the mirrors it may send readers to. */
   slugs_file: Text,
-  /** Door nodes allowed to follow (default: any authenticated node whose type is door). */
+  /**
+   * Nodes that are doors. A list only narrows: a listed node never gets the tenant stream, the
+   * pool, the relay or the tunnel, and with the fleet CA only a node registered as a door *and*
+   * listed follows the door stream (default: every node the CA registered as a door). With token
+   * nodes (no CA) this list is the only way the hub knows a door.
+   */
   nodes: v.optional(v.array(NodeId, "Expected a list of node ids")),
   /** Reload the mirrors folder and the slugs file when they change. */
   reload: RuntimeWatch,

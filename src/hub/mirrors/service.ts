@@ -4,9 +4,9 @@
  * mirrors with their verdicts, and the slugs — and the feed wakes held polls only when the view's
  * hash changed, so a round that changes nothing costs the doors nothing.
  *
- * The hub's routes authenticate a node and check it may follow as a door ({@link
- * DoorService.isDoorNode}) before calling {@link DoorService.answer}; this module never sees a
- * credential. A new mirror is `unknown` until the next round checks it.
+ * The hub's routes authenticate a node and check it may follow as a door (hub/node_standing.ts:
+ * registered by the CA as a door, and listed in `doors.nodes` when that is set) before calling
+ * {@link DoorService.answer}; this module never sees a credential. A new mirror is `unknown` until the next round checks it.
  *
  * @module
  */
@@ -117,15 +117,6 @@ export class DoorService {
   /** Runs a probe round now and resolves when it has ended (at once without a prober). */
   probeNow(): Promise<void> {
     return this.#prober?.roundNow() ?? Promise.resolve();
-  }
-
-  /**
-   * True when `nodeId` may follow as a door: listed in `doors.nodes` when that is set, else any
-   * node whose type (as the hub registered it) is `door`.
-   */
-  isDoorNode(nodeId: string, nodeType?: string): boolean {
-    const nodes = this.#config.nodes;
-    return nodes ? nodes.includes(nodeId) : nodeType === "door";
   }
 
   /** The doors' state for the hub's `/v1/config`: registry, prober, mirrors and verdicts, doors. */
