@@ -26,7 +26,8 @@
  * `msg` (src/observe/diag.ts), its refusal to start included.
  *
  * Exit status: 0 success, 1 refused (invalid config, permission audit, bind failure, a revoked
- * node; probe: no 2xx answer), 2 usage, 3 stopped because the hub revoked this node.
+ * node; probe: no 2xx answer), 2 usage, 3 stopped because the hub revoked this node, 4 stopped by
+ * SIGUSR1 (src/boot/debug_signal.ts).
  *
  * @module
  */
@@ -41,6 +42,7 @@ import { isHubFile, loadHubConfig } from "./src/hub/config.ts";
 import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
 import { BootError } from "./src/boot/boot_error.ts";
+import { stopOnDebugSignal } from "./src/boot/debug_signal.ts";
 import { runTorpoolVerb } from "./src/cli/torpool.ts";
 import { FLEET_VERBS, runFleetVerb } from "./src/cli/fleet.ts";
 import { runProbe } from "./src/cli/probe.ts";
@@ -109,6 +111,8 @@ export async function main(args: readonly string[]): Promise<number> {
   }
   if (verb === "probe") return await runProbe(operands[0]);
   const voice = verb === "check" || verb === "flags" ? "text" : "json";
+  // A server: SIGUSR1 would open a debugger any local user can reach (src/boot/debug_signal.ts).
+  if (voice === "json") stopOnDebugSignal({ log: (line) => diagnostics().line(line) });
   return await reportErrors(() => run(verb, operands[0]), voice);
 }
 
