@@ -62,6 +62,7 @@ import {
   verbUsage,
 } from "./src/cli/usage.ts";
 import { diagnostics } from "./src/observe/diag.ts";
+import { flushStandardOutlets } from "./src/observe/log_outlet.ts";
 import { isPoolFile, resolvePoolConfig } from "./src/torpool/config.ts";
 import { isDoorFile, loadDoorConfig, runDoorVerb } from "./src/door/run.ts";
 import { startWorkers } from "./src/edge/workers.ts";
@@ -309,5 +310,8 @@ async function isFolder(path: string): Promise<boolean> {
 }
 
 if (import.meta.main) {
-  Deno.exit(await main(Deno.args));
+  const status = await main(Deno.args);
+  // Log lines still queued leave first (bounded: a stalled reader costs them, not the exit).
+  await flushStandardOutlets();
+  Deno.exit(status);
 }

@@ -12,12 +12,18 @@
  * @module
  */
 import { configStatus } from "../src/live/generations.ts";
+import { pendingFactsOf } from "../src/live/followed_sets.ts";
 import { LANE_NAMES } from "../src/ledger/lane_names.ts";
 import { COUNTER_INDEX, GAUGE_INDEX } from "../src/ledger/memory.ts";
 import { formatPath } from "../src/config/problems.ts";
 import type { EdgeServices } from "../src/pipeline/services.ts";
 import { snapshotLedger } from "../src/ledger/snapshot.ts";
-import { type PolicyFacts, readProcessFacts, renderMetrics } from "../src/observe/metrics.ts";
+import {
+  type LogFacts,
+  type PolicyFacts,
+  readProcessFacts,
+  renderMetrics,
+} from "../src/observe/metrics.ts";
 import { failureReply } from "../src/request/errors.ts";
 import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
 import { jsonReply, type Reply } from "../src/request/reply.ts";
@@ -85,6 +91,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           policy_stores: storesView(services),
           tls: services.tls?.status() ?? null,
           ...socketsView(services),
+          logs: logsView(services),
         });
       },
     },
@@ -105,7 +112,8 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
     {
       path: "/metrics",
       methods: READ,
-      handle: function metrics(context, services) {
+      handle: async function metrics(context, services) {
+        const hub = services.hubStatus ? await services.hubStatus() : undefined;
         const text = renderMetrics({
           ledger: snapshotLedger(services.ledger, context.ticket),
           stats: services.stats,
@@ -115,6 +123,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
             draining: services.state.draining,
             ready: services.state.ready && lanesDown(services.worker.census?.() ?? []).length === 0,
             sockets: socketsView(services),
+            logs: logsView(services),
             workers: services.worker.census?.(),
           },
           process: readProcessFacts(),
@@ -129,6 +138,7 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
             rejectedAt: services.config.lastRejected?.at,
             rejectedPending: services.config.lastRejected !== undefined &&
               !services.config.rejectionSuperseded,
+            pending: pendingFactsOf(hub),
             // Without a salt, certificates are told apart by position, never by name.
             certificates: (services.tls?.status().certificates ?? []).map((c, i) => ({
               label: !services.observer.labelled
@@ -184,7 +194,8 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
         const status = configStatus(services.config, (p) => formatPath(p.path));
         return jsonReply(
           { outcome: outcome.outcome, ...status, served_by_worker: services.worker.index },
-          outcome.outcome === "rejected" ? 422 : 200,
+          // pending: the set could not be written to the cache; it is tried again (hub.pending).
+          outcome.outcome === "rejected" ? 422 : outcome.outcome === "pending" ? 503 : 200,
         );
       },
     },
@@ -278,6 +289,22 @@ export function socketsView(services: EdgeServices) {
         .slice(0, services.worker.count),
     },
   };
+}
+
+/**
+ * Log lines by stream, summed over every isolate (each one's report of the last second): written,
+ * dropped because the stream's reader stalled or its writes failed, the episodes of drops, and the
+ * bytes queued now (observe/log_outlet.ts).
+ */
+export function logsView(services: EdgeServices): LogFacts {
+  const memory = services.ledger.memory;
+  const view = (index: number) => ({
+    written: memory.total(COUNTER_INDEX.logWritten(index)),
+    dropped: memory.total(COUNTER_INDEX.logDropped(index)),
+    episodes: memory.total(COUNTER_INDEX.logEpisodes(index)),
+    queued_bytes: memory.total(COUNTER_INDEX.logQueued(index)),
+  });
+  return { stdout: view(0), stderr: view(1) };
 }
 
 /**

@@ -21,7 +21,15 @@
  *   provider_health `/healthz`;
  * - the ledger balances once quiet (`completed + cancelled == admitted`, nothing outstanding, no
  *   public connection left open), and the owners met the resets
- *   (`portcullis_connection_errors_total` counted them).
+ *   (`portcullis_connection_errors_total` counted them);
+ * - no upstream socket is left in use (`/v1/health` `connections.upstream`: none active,
+ *   connecting or tunnelling): the ledger balances even when a released reservation's upstream
+ *   exchange still holds its socket, so it cannot see that leak on its own.
+ *
+ * The kinds include requests pipelined with an `Upgrade` behind them, left while the answers
+ * before it are owed (tests/fixtures/abrupt_pipelined.ts): before the `Upgrade` waited its turn,
+ * each such connection left seven upstream sockets open for good, and a POST's answer arrived
+ * inside the tunnel of the `Upgrade` pipelined behind it.
  *
  * @module
  */
@@ -39,9 +47,11 @@ import {
   startAbruptPeers,
 } from "../tests/fixtures/abrupt_edge.ts";
 import { http1Scenarios } from "../tests/fixtures/abrupt_http1.ts";
+import { pipelinedUpgradeScenarios } from "../tests/fixtures/abrupt_pipelined.ts";
 import { runScenarios, type Targets } from "../tests/fixtures/abrupt_scenarios.ts";
 import { passthroughScenarios, tlsScenarios } from "../tests/fixtures/abrupt_tls.ts";
 import { freePorts, Gateway, proofConfig, writeConfig } from "../tests/fixtures/gateway.ts";
+import { noneHeld, upstreamSocketsWhen } from "../tests/fixtures/upstream_sockets.ts";
 
 /** The isolate layouts a gateway can run in. */
 const MODES: readonly { name: string; config: Record<string, unknown> }[] = [
@@ -53,8 +63,10 @@ const MODES: readonly { name: string; config: Record<string, unknown> }[] = [
 /** Every kind at every stage, for both gateways. */
 const SCENARIOS = [
   ...http1Scenarios("plain"),
+  ...pipelinedUpgradeScenarios("plain"),
   ...passthroughScenarios(),
   ...http1Scenarios("tls"),
+  ...pipelinedUpgradeScenarios("tls"),
   ...tlsScenarios(),
 ];
 
@@ -80,6 +92,11 @@ for (const mode of MODES) {
           await lanesAnswer(gateway.ports, targets, kind);
           const reading = await gateway.ledgerWhen(quiet, 20_000);
           assert.ok(quiet(reading), `${kind}: not quiet: ${quietTerms(reading)}\n${tail(gateway)}`);
+          const sockets = await upstreamSocketsWhen(gateway.ports.local_health);
+          assert.ok(
+            noneHeld(sockets),
+            `${kind}: upstream sockets held: ${JSON.stringify(sockets)}`,
+          );
         }
         const errors = await connectionErrors(plain.gateway.ports.local_health);
         assert.ok(errors > 0, `the owners counted ${errors} connection errors`);

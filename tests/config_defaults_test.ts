@@ -58,7 +58,7 @@ Deno.test("loadConfig() applies defaults for timeouts, limits and drain", async 
   });
   assert.deepEqual(config.paths, { mergeSlashes: true, escapedSlashes: "reject" });
   assert.deepEqual(config.forwarding.via, "portcullis");
-  assert.equal(config.forwarding.clientIpHeaders.length, 30);
+  assert.equal(config.forwarding.clientIpHeaders.length, 48);
   assert.equal(config.sharedEventLoop, false);
   assert.deepEqual(config.limits, { headerBytes: 16_384, headers: 100, targetBytes: 8192 });
   assert.equal(config.drainMs, 30_000);

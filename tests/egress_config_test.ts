@@ -64,6 +64,7 @@ Deno.test("loadConfig() fills every egress default and trusts no proxy by defaul
     body_idle_ms: 60_000,
     idle_socket_ms: 30_000,
     owned_reads: true,
+    reuse_settle_ms: 10,
     probe_interval_ms: 30_000,
     breaker: { window: 20, min_samples: 10, failure_ratio: 0.5 },
     negative_cache: { failures: 3, ttl_ms: 30_000, when_all_cold: "try" },
@@ -289,5 +290,14 @@ Deno.test("planEdge() accepts any backend once a SOCKS pool exists", async () =>
   assert.equal(plan.tenants.tenants[0].routeCount, 2);
   assert.deepEqual(plan.grants.filter((g) => g.purpose === "SOCKS instance").map((g) => g.value), [
     "127.0.0.1:9050",
+  ]);
+});
+
+Deno.test("egress.reuse_settle_ms: 0 turns the rule off, and the settle time is bounded", async () => {
+  const off = await loadConfig(await writeConfigText(`${MINIMAL}egress:\n  reuse_settle_ms: 0\n`));
+  assert.equal(egressSettings(off.egress).reuseSettleMs, 0);
+  const { error } = await problemsOf("egress:\n  reuse_settle_ms: 1001\n");
+  assert.deepEqual(brief(error.problems).map((p) => [p.path, p.value]), [
+    ["egress/reuse_settle_ms", 1001],
   ]);
 });

@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { stringify } from "yaml";
 import { readCache } from "../src/live/cache.ts";
+import { hashFileSet } from "../src/config/file_set.ts";
 import { ADMIN_AUTH, freePorts } from "./fixtures/gateway.ts";
 import { siteYaml, startTestHub, type TestHub } from "./fixtures/hub_in_process.ts";
 import { json, request } from "./fixtures/http_client.ts";
@@ -118,7 +119,10 @@ Deno.test("remote edge: a set valid at the hub but not here is refused once; the
       JSON.stringify(after.last_rejected),
     );
     assert.equal(after.hash, before.hash, "the live generation stays");
-    assert.equal(after.hub.received_hash, hub.hub.store.current.hash, "but it is not asked again");
+    // Received means applied: the edge tells the hub what it serves, and the refused set as seen.
+    assert.equal(after.hub.received_hash, before.hash);
+    const node = await waitFor(() => hub.hub.nodes.get("edge-a")!, (n) => n.holding);
+    assert.deepEqual([node.have, node.seen], [before.hash, hub.hub.store.current.hash]);
     assert.deepEqual(await get(edge, "demo.test"), [200, "demo v1\n"]);
     assert.equal((await readCache(cacheDir))?.hash, before.hash);
     const polls = hub.hub.nodes.get("edge-a")!.polls;
@@ -227,6 +231,41 @@ for (
     });
   });
 }
+
+Deno.test("remote edge: a hub that sends a refused set again at once is asked with a backoff, not in a loop", async () => {
+  // A hub that does not read `seen` answers every poll, held or not, with the set the edge refused.
+  const text = stringify({
+    host: "far.test",
+    routes: [{ match: { path: "/" }, proxy: { backends: [{ url: "http://10.9.9.9:80" }] } }],
+  });
+  const files = new Map([["far.test.yaml", new TextEncoder().encode(text)]]);
+  const hash = await hashFileSet(files);
+  const answer = { type: "snapshot", generation: 1, hash, files: { "far.test.yaml": btoa(text) } };
+  const [port] = freePorts(1);
+  let polls = 0;
+  const server = http.createServer((_request, response) => {
+    polls++;
+    response.writeHead(200, { "content-type": "application/json" });
+    response.end(JSON.stringify(answer));
+  });
+  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+  const cacheDir = await Deno.makeTempDir({ prefix: "portcullis-cache-" });
+  const edge = await remoteEdge(`http://127.0.0.1:${port}`, "token", cacheDir);
+  try {
+    const refused = await waitFor(() => view(edge), (v) => v.last_rejected !== null);
+    assert.equal(refused.hub.received_hash, null, "nothing was applied");
+    const before = polls;
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    // Backoff 25–200 ms between repeats: about 5 to 40 polls in a second; a loop makes hundreds.
+    assert.ok(polls - before <= 40, `polls in ~1 s: ${polls - before}`);
+    assert.equal((await view(edge)).tenants, 0);
+  } finally {
+    await edge.dispose();
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+    await Deno.remove(cacheDir, { recursive: true }).catch(() => {});
+  }
+});
 
 Deno.test("remote edge: a hub token file open to others refuses the boot, naming file and mode", async () => {
   const cacheDir = await Deno.makeTempDir({ prefix: "portcullis-cache-" });

@@ -16,6 +16,7 @@
  *
  * @module
  */
+import { SETTLE_MS } from "../src/egress/reuse_settle.ts";
 import assert from "node:assert/strict";
 import {
   parseResponses,
@@ -145,7 +146,12 @@ async function withScript(
       }),
     }, async (p) => {
       await body(
-        (name, method = "GET") => p.send({ method, path: `/case/${name}` }),
+        // Each request comes on a fresh client connection: a pooled connection is another
+        // client's only once it settled (reuse_settle.ts).
+        async (name, method = "GET") => {
+          await new Promise((resolve) => setTimeout(resolve, SETTLE_MS + 5));
+          return await p.send({ method, path: `/case/${name}` });
+        },
         script,
         p,
       );

@@ -1,13 +1,13 @@
 /**
  * The pool's JSON API over a pool of Tor doubles: the routes, `POST /scale` validation (each bad
  * body a 400 failure envelope, the limits unchanged), 404 and 405. The handler is mounted on a
- * loopback TCP server here (the test process holds no Unix socket grant); the socket itself, its
- * mode and the derived flags are covered by `torpool_cli_test.ts`.
+ * loopback TCP `Deno.serve` here (the test process holds no Unix socket grant); the socket itself,
+ * its mode, its take-over and rebinding and the derived flags are covered by
+ * `torpool_cli_test.ts` and `torpool_socket_test.ts`.
  *
  * @module
  */
 import assert from "node:assert/strict";
-import { createServer } from "node:http";
 import { apiHandler } from "../src/torpool/api.ts";
 import { TorPool } from "../src/torpool/supervisor.ts";
 import { makePoolDir, poolConfig, waitFor } from "./fixtures/torpool_harness.ts";
@@ -17,16 +17,14 @@ async function withApi(fn: (url: string, pool: TorPool, socks: number) => Promis
   const where = await makePoolDir();
   const config = poolConfig(where, { minInstances: 1, maxInstances: 3 });
   const pool = TorPool.start(config, { log: () => {} });
-  const server = createServer(apiHandler(pool));
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    apiHandler(pool),
+  );
   try {
-    await fn(`http://127.0.0.1:${port}`, pool, config.socksBasePort);
+    await fn(`http://127.0.0.1:${server.addr.port}`, pool, config.socksBasePort);
   } finally {
-    await new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      server.closeAllConnections();
-    });
+    await server.shutdown();
     await pool.stop();
     await Deno.remove(where.dir, { recursive: true });
   }

@@ -44,6 +44,7 @@ Deno.test("addNodeSecret() writes a 0600 JSON secret once per node and refuses a
       nodeType: "edge",
       secret: made.secret,
       incarnation: 1,
+      createdAt: new Date(json.created_at),
     });
 
     await assert.rejects(

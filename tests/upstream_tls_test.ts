@@ -80,9 +80,13 @@ function tlsFailures(p: ProxyEdge): string[] {
 Deno.test("upstream TLS: an https backend through SOCKS is verified, named by SNI, and served", async () => {
   const pki = await TestPki.create();
   await withUpstream(pki, {}, async (upstream) => {
-    const setup = viaSocks(upstream.port, { ca_file: "upstream-ca.pem" }, {
-      "upstream-ca.pem": pki.ca.certPem,
-    });
+    const setup = {
+      ...viaSocks(upstream.port, { ca_file: "upstream-ca.pem" }, {
+        "upstream-ca.pem": pki.ca.certPem,
+      }),
+      // Three clients one after another: without a settle time each takes the one connection.
+      egress: () => ({ reuse_settle_ms: 0 }),
+    };
     await withProxyEdge(setup, async (p) => {
       for (let i = 0; i < 3; i++) {
         const response = await p.send({ path: `/api/items?i=${i}` });

@@ -52,10 +52,17 @@ const closeOf = (stream: WebSocketStream) => stream.wsClose;
 
 const tick = (ms = 10) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** A budget no test of the pacing reaches: those tests send thousands of pings at once. */
+const UNBUDGETED = { per_second: 1e6, burst: 1e6 };
+
 Deno.test("WebSocketStream answers every ping of a peer that reads", async () => {
   const wire = new HeldWire();
   wire.release();
-  const stream = new WebSocketStream({ side: "server", controlBoundBytes: 1024 });
+  const stream = new WebSocketStream({
+    side: "server",
+    controlBoundBytes: 1024,
+    controlBudget: UNBUDGETED,
+  });
   stream.attach(wire as unknown as Socket);
   wire.push(pings(300));
   await tick();
@@ -67,7 +74,11 @@ Deno.test("WebSocketStream answers every ping of a peer that reads", async () =>
 
 Deno.test("WebSocketStream owes a peer that does not read only its latest ping, and reads it no further until it drains", async () => {
   const wire = new HeldWire();
-  const stream = new WebSocketStream({ side: "server", controlBoundBytes: 1024 });
+  const stream = new WebSocketStream({
+    side: "server",
+    controlBoundBytes: 1024,
+    controlBudget: UNBUDGETED,
+  });
   stream.on("error", () => {});
   stream.attach(wire as unknown as Socket);
   wire.push(pings(2000));
@@ -96,6 +107,7 @@ Deno.test("WebSocketStream closes with 1008 a peer that leaves a pong owed past 
     side: "server",
     controlBoundBytes: 1024,
     pongDeadlineMs: 30,
+    controlBudget: UNBUDGETED,
   });
   stream.on("error", () => {});
   stream.attach(wire as unknown as Socket);
@@ -122,4 +134,56 @@ Deno.test("WebSocketStream closes with 1008 when data nobody takes passes maxBuf
   assert.equal(closeCodeOf(close.payload), 1008);
   await tick();
   assert.equal(wire.destroyed, true);
+});
+
+/** `count` masked frames of `opcode` with `payload`, as one chunk. */
+function framesOf(opcode: 0x2 | 0x9 | 0xa, payload: Uint8Array, count: number): Uint8Array {
+  const frame = encodeFrame(opcode, payload, MASK);
+  const chunk = new Uint8Array(frame.length * count);
+  for (let i = 0; i < count; i++) chunk.set(frame, i * frame.length);
+  return chunk;
+}
+
+for (
+  const [kind, opcode, payload] of [
+    ["pongs nobody asked for", Opcode.pong, new Uint8Array(125)],
+    ["pings", Opcode.ping, new Uint8Array(125)],
+    ["empty binary frames", Opcode.binary, new Uint8Array(0)],
+  ] as const
+) {
+  Deno.test(`WebSocketStream closes with 1008 a peer over its budget of ${kind}, and reads it no further`, async () => {
+    const wire = new HeldWire();
+    wire.release();
+    const budget = { per_second: 1, burst: 10 };
+    const stream = new WebSocketStream({ side: "server", controlBudget: budget });
+    stream.on("error", () => {});
+    stream.attach(wire as unknown as Socket);
+    wire.push(framesOf(opcode, payload, 10)); // the burst: within the budget
+    await tick();
+    assert.equal(stream.wsClose, undefined, "at the budget");
+    wire.push(framesOf(opcode, payload, 1)); // one over it
+    await tick();
+    assert.equal(closeOf(stream)?.code, 1008);
+    assert.equal(closeOf(stream)?.reason, "Too many frames without data");
+    const close = wire.frames().find((f) => f.opcode === Opcode.close)!;
+    assert.equal(closeCodeOf(close.payload), 1008);
+    assert.equal(wire.isPaused() || wire.destroyed, true, "read no further");
+    stream.destroy();
+  });
+}
+
+Deno.test("WebSocketStream does not count data frames against the budget", async () => {
+  const wire = new HeldWire();
+  wire.release();
+  const stream = new WebSocketStream({
+    side: "server",
+    controlBudget: { per_second: 1, burst: 1 },
+  });
+  stream.on("error", () => {});
+  stream.on("data", () => {});
+  stream.attach(wire as unknown as Socket);
+  wire.push(framesOf(Opcode.binary, Uint8Array.of(7), 50));
+  await tick();
+  assert.equal(stream.wsClose, undefined);
+  stream.destroy();
 });

@@ -20,6 +20,7 @@
  *
  * @module
  */
+import { flushStandardOutlets } from "../observe/log_outlet.ts";
 
 /** The exit status of a server stopped by SIGUSR1. */
 export const DEBUG_SIGNAL_STATUS = 4;
@@ -28,7 +29,7 @@ export const DEBUG_SIGNAL_STATUS = 4;
 export interface DebugSignalOptions {
   /** Writes one diagnostic sentence (the caller's log). */
   readonly log: (line: string) => void;
-  /** Ends the process (default: flush nothing, `Deno.exit`). */
+  /** Ends the process (default: the log lines queued get 200 ms to leave, then `Deno.exit`). */
   readonly exit?: (status: number) => void;
 }
 
@@ -39,7 +40,8 @@ export interface DebugSignalOptions {
  * @returns a function that removes the listener
  */
 export function stopOnDebugSignal(options: DebugSignalOptions): () => void {
-  const exit = options.exit ?? ((status: number) => Deno.exit(status));
+  const exit = options.exit ??
+    ((status: number) => void flushStandardOutlets(200).finally(() => Deno.exit(status)));
   const stop = function stopOnSigusr1(): void {
     options.log(
       "portcullis: error: SIGUSR1 received: Deno opens a debugger on 127.0.0.1:9229 on this " +

@@ -185,7 +185,13 @@ async function revoke(config: HubConfig, nodeId: string, reason?: string): Promi
   if (config.ca) {
     const flat = await flatLayout(config, config.ca.files);
     if (flat) return refuse(flat);
-    const { serials, incarnation } = await revokeNode(config.ca.files.dir, nodeId, reason);
+    const { serials, incarnation, rebuilt } = await revokeNode(config.ca.files.dir, nodeId, reason);
+    if (rebuilt) {
+      console.error(
+        `portcullis: warning: ${rebuilt}; the CRL was rebuilt from the hub's last good copy ` +
+          `(${config.ca.files.lastGoodCrl}) and this node's certificates`,
+      );
+    }
     console.log(
       `portcullis: revoked node ${nodeId} (incarnation ${incarnation}; ` +
         `${config.ca.files.revokedDir}/${nodeId}.json) and ${serials.length} certificate(s) ` +

@@ -12,7 +12,7 @@ import { CODE_GRANTS, formatFlags, type Grant } from "../boot/flags.ts";
 import { ConfigError } from "../config/problems.ts";
 import { readYaml } from "../config/yaml_file.ts";
 import { type PoolConfig, poolGrants, resolvePoolConfig } from "../torpool/config.ts";
-import { type RunningPool, runPool } from "../torpool/running.ts";
+import { prefixLine, type RunningPool, runPool } from "../torpool/running.ts";
 
 /** Every grant the pool role needs, as the boot checks take them. */
 export function torpoolGrants(config: PoolConfig): Grant[] {
@@ -69,7 +69,7 @@ export async function runTorpoolVerb(
 async function serve(config: PoolConfig, log: Diagnostics): Promise<number> {
   let running: RunningPool;
   try {
-    running = await runPool(config, { log: (line) => log.line(`torpool: ${line}`) });
+    running = await runPool(config, { log: (line) => log.line(prefixLine("torpool: ", line)) });
   } catch (error) {
     log.error((error as Error).message);
     return 1;

@@ -148,6 +148,7 @@ export const EgressSchema: v.GenericSchema<unknown, EgressInput> = v.optional(
     body_idle_ms: v.optional(wholeNumber(1, 3_600_000), 60_000),
     idle_socket_ms: v.optional(wholeNumber(1, 3_600_000), 30_000),
     owned_reads: v.optional(v.boolean("Expected true or false"), true),
+    reuse_settle_ms: v.optional(wholeNumber(0, 1000), 10),
     probe_interval_ms: v.optional(wholeNumber(1, 3_600_000), 30_000),
     breaker: v.optional(
       v.strictObject({
@@ -249,6 +250,11 @@ export interface EgressInput {
    * default), rather than through `node:http`'s client.
    */
   owned_reads: boolean;
+  /**
+   * How long a pooled upstream connection back from an exchange stays out of other client
+   * connections' reach (the one it served may take it back at once); 0 turns the rule off.
+   */
+  reuse_settle_ms: number;
   /** How often an open breaker probes its instance. */
   probe_interval_ms: number;
   /** When an instance's breaker opens. */

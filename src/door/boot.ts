@@ -59,7 +59,9 @@ export async function checkRevocation(
 
 /**
  * Registers with the hub when the config says how (`hub.register`, https) and the certificate
- * is missing; the one call site of registration in the door's boot.
+ * is missing; the one call site of registration in the door's boot. With https and no
+ * `hub.register` it still completes a key and certificate a renewal's crash left half written
+ * (src/live/node_pair.ts).
  *
  * @throws {BootError} when registration fails, or there is neither certificate nor secret
  */
@@ -69,19 +71,19 @@ export async function register(
   log: (line: string) => void,
 ): Promise<void> {
   const { hub, nodeId } = config;
-  if (!hub.tls || !hub.register) return;
+  if (!hub.tls) return;
   let outcome: Awaited<ReturnType<Enrol>>;
   try {
     outcome = await enrol({
       nodeId,
       nodeType: "door",
-      hub: { url: hub.url, ...hub.tls, secretFile: hub.register.secretFile },
+      hub: { url: hub.url, ...hub.tls, secretFile: hub.register?.secretFile },
       log,
     });
   } catch (error) {
     throw new BootError([`Registration with the hub failed: ${(error as Error).message}`]);
   }
-  if (outcome === "none") {
+  if (outcome === "none" && hub.register) {
     throw new BootError([
       `The door has no certificate (${hub.tls.certFile}) and no registration secret ` +
       `(${hub.register.secretFile}): make one with portcullis hub add-node`,

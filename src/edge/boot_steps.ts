@@ -12,7 +12,8 @@ import { BootError } from "../boot/boot_error.ts";
 import type { HubClientConfig } from "../config/load.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
 import { AccessLog } from "../observe/access_log.ts";
-import { BufferedLines, Observer } from "../observe/observer.ts";
+import { Observer } from "../observe/observer.ts";
+import { type LogOutlet, standardOutlets } from "../observe/log_outlet.ts";
 import { RequestMetrics } from "../observe/request_metrics.ts";
 import { TenantLabels } from "../observe/tenant_label.ts";
 import type { Tracing } from "../observe/tracing.ts";
@@ -40,8 +41,8 @@ export interface Runtime {
   readonly reloader?: RuntimeReloader;
   /** Remote mode, owner only: the hub stream. */
   readonly follower?: HubFollower;
-  /** The access-log batches, unless the options take the lines. */
-  readonly lines?: BufferedLines;
+  /** Where access-log lines go (the isolate's stdout outlet), unless the options take them. */
+  readonly lines?: LogOutlet;
 }
 
 /**
@@ -72,13 +73,12 @@ export function startRuntime(boot: BootContext, life: Lifecycle): Runtime {
     : undefined;
   const stopSharing = worker ? shareEgress(life.egress, worker.egressChannel) : () => {};
   const stopChecks = owns ? startHealthChecks(boot, life, store) : () => {};
-  const lines = options.accessLog ? undefined : new BufferedLines();
+  const lines = options.accessLog ? undefined : standardOutlets().stdout;
   life.stopRuntime = () => {
     reloader?.stop();
     follower?.stop();
     stopChecks();
     stopSharing();
-    lines?.close();
   };
   return { store, reloader, follower, lines };
 }
@@ -235,7 +235,7 @@ export async function startCertificates(
 export async function createObserver(
   boot: BootContext,
   tracing: Tracing,
-  lines: BufferedLines | undefined,
+  lines: LogOutlet | undefined,
 ): Promise<Observer> {
   const { plan, options, owns, log } = boot;
   const observe = plan.config.observe;
@@ -249,7 +249,10 @@ export async function createObserver(
   return new Observer({
     tracing,
     metrics: new RequestMetrics(),
-    accessLog: new AccessLog({ ...observe.accessLog, write: options.accessLog ?? lines!.push }),
+    accessLog: new AccessLog({
+      ...observe.accessLog,
+      write: options.accessLog ?? ((line) => lines!.push(line)),
+    }),
     labels,
     logQuery: observe.accessLog.query,
   });

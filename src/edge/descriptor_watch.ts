@@ -8,7 +8,8 @@
  * @module
  */
 import { relayCollections } from "../request/relay_memory.ts";
-import { COUNTER_INDEX } from "../ledger/memory.ts";
+import { COUNTER_INDEX, type LedgerMemory } from "../ledger/memory.ts";
+import { LOG_STREAMS, type LogOutletStats, standardOutlets } from "../observe/log_outlet.ts";
 import { type DescriptorState, DescriptorWatch } from "../server/descriptors.ts";
 import { describeListener, nudge, rearm } from "./listeners.ts";
 import type { BootContext } from "./boot_context.ts";
@@ -24,6 +25,7 @@ export function watchDescriptors(
   life: Lifecycle,
 ): DescriptorWatch {
   const reusePort = sharesPorts(worker);
+  const reportLogs = logReporter();
   const descriptors = new DescriptorWatch({
     canary: plan.config.file,
     log,
@@ -44,7 +46,10 @@ export function watchDescriptors(
       if (life.state.admissionStopped) return;
       for (const grant of life.listening) nudge(grant);
     },
-    report: (fds) => reportGauges(life, fds),
+    report: (fds) => {
+      reportGauges(life, fds);
+      reportLogs(life.ledger.memory);
+    },
   });
   descriptors.start();
   void descriptors.check();
@@ -70,4 +75,25 @@ function reportGauges({ ledger, egress }: Lifecycle, fds: DescriptorState): void
   memory.set(COUNTER_INDEX.heapTotal, heap.heapTotal);
   memory.set(COUNTER_INDEX.heapExternal, heap.external);
   memory.set(COUNTER_INDEX.relayCollections, relayCollections.young + relayCollections.quiet);
+}
+
+/**
+ * Writes this isolate's log counts into its stripe: what was written and dropped since the last
+ * report is added (so the counts of a replaced worker go on from its predecessor's), the bytes
+ * queued now are set.
+ */
+function logReporter(): (memory: LedgerMemory) => void {
+  const outlets = standardOutlets();
+  const last = new Map<string, LogOutletStats>();
+  return function reportLogs(memory) {
+    LOG_STREAMS.forEach((stream, index) => {
+      const now = outlets[stream].stats;
+      const before = last.get(stream) ?? { written: 0, dropped: 0, episodes: 0, queuedBytes: 0 };
+      memory.add(COUNTER_INDEX.logWritten(index), now.written - before.written);
+      memory.add(COUNTER_INDEX.logDropped(index), now.dropped - before.dropped);
+      memory.add(COUNTER_INDEX.logEpisodes(index), now.episodes - before.episodes);
+      memory.set(COUNTER_INDEX.logQueued(index), now.queuedBytes);
+      last.set(stream, now);
+    });
+  };
 }

@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { flushStandardOutlets } from "../observe/log_outlet.ts";
 import { LANES } from "../../lanes/mod.ts";
 import type { OfferOutcome, Rejection } from "../live/generations.ts";
 import { resolveConfig } from "../config/load.ts";
@@ -186,7 +187,7 @@ function mirrorRole(message: StartMessage): WorkerRole {
         if (value.outcome === "rejected") {
           return { outcome: "rejected", rejection: value.rejection! };
         }
-        return { outcome: value.outcome as "loaded" | "unchanged", generation: live };
+        return { outcome: value.outcome as "loaded" | "unchanged" | "pending", generation: live };
       },
       hubStatus: () => call("hubStatus") as Promise<Record<string, unknown>>,
       drain: () => scope.postMessage({ type: "drain" }),
@@ -209,8 +210,11 @@ function sendCounts(running: Edge): void {
     sent = text;
   }, 500);
   Deno.unrefTimer(timer);
-  running.finished.then(() => {
+  running.finished.then(async () => {
     clearInterval(timer);
+    // The last access-log lines of a drain leave before the isolate does (bounded: a stalled
+    // stdout costs them, not the stop).
+    await flushStandardOutlets();
     scope.postMessage({ type: "finished" });
     scope.close();
   });

@@ -14,6 +14,8 @@ import type { Duplex } from "node:stream";
 import { socksConnect, type SocksInstance } from "./socks5.ts";
 import { socksDialConn } from "./socks5_conn.ts";
 import { OwnedConn, OwnedConns } from "./owned_conns.ts";
+import { SETTLE_MS, settleFreeSockets } from "./reuse_settle.ts";
+import { dropFreeSockets, judgeFreeSockets, type ReuseCheck } from "./reuse_judge.ts";
 import { isTcpDial, type SocksDial } from "./transport.ts";
 import { poolName, startUpstreamTls, upstreamTlsOf } from "./upstream_tls.ts";
 
@@ -24,6 +26,11 @@ export interface AgentSettings {
   /** Idle keep-alive upstream connections are closed after this long (by the idle watch). */
   readonly idleSocketMs: number;
   /**
+   * How long a pooled connection back from an exchange stays out of other client connections'
+   * reach (reuse_settle.ts); 0: none. Absent: {@link SETTLE_MS}.
+   */
+  readonly reuseSettleMs?: number;
+  /**
    * Why a destination must not be dialled (one of this process's listeners, an internal address the
    * operator did not allow: own_listener.ts, destinations.ts), checked before any SOCKS CONNECT or
    * direct dial; undefined when it may be. A promise when the check reads the machine first.
@@ -32,6 +39,11 @@ export interface AgentSettings {
     host: string,
     port: number,
   ) => string | undefined | Promise<string | undefined>;
+  /**
+   * Why a pooled connection to `host:port` may not be used again (the same check, against the
+   * machine as it is now: reach_verdicts.ts); undefined when it may. Absent: reused unjudged.
+   */
+  readonly refuseReuse?: ReuseCheck;
   /**
    * Why a tunnel a SOCKS instance made to `host:port` must not be used, given the address the
    * instance connected from (`bound`); undefined when it may.
@@ -150,17 +162,29 @@ export abstract class WayAgent extends http.Agent {
   /** Connections being made. */
   readonly connecting = new Connecting();
   /** The connections the gateway reads itself (owned_conns.ts). */
-  readonly owned: OwnedConns = new OwnedConns(MAX_FREE_SOCKETS);
+  readonly owned: OwnedConns;
   /** True when its connections can be made as `Deno.TcpConn`s (plain TCP all the way). */
   abstract readonly ownable: boolean;
   readonly #timeoutMs: number;
   readonly #refuse?: AgentSettings["refuse"];
+  readonly #refuseReuse?: ReuseCheck;
+  /** The destination each of node's sockets was made for. */
+  readonly #made = new WeakMap<object, Target>();
 
-  /** @param settings connect timeout, idle keep-alive time and the destination check */
+  /** @param settings connect timeout, idle keep-alive time and the destination checks */
   constructor(settings: AgentSettings) {
     super(AGENT_OPTIONS);
+    const settleMs = settings.reuseSettleMs ?? SETTLE_MS;
+    this.owned = new OwnedConns(MAX_FREE_SOCKETS, settleMs);
+    // A socket back from an exchange settles before another client's request may have it.
+    if (settleMs > 0) settleFreeSockets(this, settleMs);
+    // And its destination is judged again before any request may have it.
+    if (settings.refuseReuse) {
+      judgeFreeSockets(this, settings.refuseReuse, (socket) => this.#made.get(socket));
+    }
     this.#timeoutMs = settings.connectTimeoutMs;
     this.#refuse = settings.refuse;
+    this.#refuseReuse = settings.refuseReuse;
   }
 
   /** Opens a connection for node's client, ready for the destination's protocol. */
@@ -191,9 +215,43 @@ export abstract class WayAgent extends http.Agent {
     const open = () => this.open(target, timeoutMs, handshakeSignal(options));
     const opened = refusal instanceof Promise ? refusal.then(refusedOr(open)) : open();
     const pending = secured(opened, options, { timeoutMs, started });
-    this.connecting.track(pending)
-      .then((socket) => callback?.(null, socket), (error) => callback?.(error, LATER));
+    this.connecting.track(pending).then((socket) => {
+      this.#made.set(socket, target);
+      callback?.(null, socket);
+    }, (error) => callback?.(error, LATER));
     return LATER;
+  }
+
+  /**
+   * An idle owned connection to `target` for client connection `owner` (owned_conns.ts `take`),
+   * its destination judged again first: refused, every idle connection to it is closed and none is
+   * given (the caller dials, which the destination check refuses). Undefined when none may be had.
+   */
+  async takeOwned(target: Target, owner?: object): Promise<OwnedConn | undefined> {
+    const key = ownedKey(target);
+    if (!this.owned.holds(key)) return undefined;
+    const refusal = await this.#refuseReuse?.(target.host, target.port);
+    if (refusal === undefined) return this.owned.take(key, owner);
+    this.owned.closeIdle((idle) => idle === key);
+    return undefined;
+  }
+
+  /**
+   * Closes every pooled connection, node's and owned, whose destination `refused` names: what a
+   * changed machine reading refuses now.
+   *
+   * @returns how many were closed
+   */
+  closeRefused(refused: (host: string, port: number) => boolean): number {
+    const owned = this.owned.closeIdle((key) => {
+      const target = targetOfKey(key);
+      return target !== undefined && refused(target.host, target.port);
+    });
+    const free = dropFreeSockets(this.freeSockets as Record<string, object[] | undefined>, (s) => {
+      const target = this.#made.get(s);
+      return target !== undefined && refused(target.host, target.port);
+    });
+    return owned + free;
   }
 
   /**
@@ -288,4 +346,11 @@ export interface OwnedDial {
 /** The owned pool a destination's connections share. */
 export function ownedKey(target: Target): string {
   return `${target.host}:${target.port}`;
+}
+
+/** The destination of an owned pool's key (the port follows the last colon). */
+function targetOfKey(key: string): Target | undefined {
+  const at = key.lastIndexOf(":");
+  const port = Number(key.slice(at + 1));
+  return at > 0 && Number.isInteger(port) ? { host: key.slice(0, at), port } : undefined;
 }

@@ -12,6 +12,7 @@ import { type AgentSettings, EgressRefusal, type WayAgent } from "./agents.ts";
 import { checkedPeer, connectDirect, DirectAgent, DirectConnectError } from "./direct_agent.ts";
 import { PrivateAllowance, refuseInternal } from "./destinations.ts";
 import { MachineView } from "./local_machine.ts";
+import { DestinationVerdicts } from "./reach_verdicts.ts";
 import {
   type OwnListener,
   refuseLoopbackTunnel,
@@ -110,6 +111,8 @@ export class Egress {
   #probeTimer?: number;
   #probeTimerAt = Infinity;
   #closed = false;
+  /** Stops closing pooled connections on machine changes (set at construction). */
+  readonly #unwatchMachine: () => void;
   /** Outcomes not yet shared with the other request workers (undefined: not sharing). */
   #outbox?: OutcomeBatch;
 
@@ -136,11 +139,12 @@ export class Egress {
     const allowance = new PrivateAllowance(settings.allowPrivate ?? []);
     const own = settings.ownListeners ?? [];
     const view = settings.machine ?? new MachineView(undefined, { clock });
-    this.#refuse = async function refuseDestination(host, port) {
-      const machine = await view.current();
+    // Judged before each new connection and before each reuse of a pooled one.
+    const verdicts = new DestinationVerdicts(view, function judgeDestination(host, port, machine) {
       return refuseOwnDestination(host, port, own, machine) ??
         refuseInternal(host, port, allowance, machine);
-    };
+    });
+    this.#refuse = (host, port) => verdicts.refuse(host, port);
     this.#refuseBound = (host, port, bound) =>
       refuseLoopbackTunnel(host, port, bound, allowance, own);
     // The direct socket's peer is judged with the machine the destination check just read.
@@ -148,6 +152,7 @@ export class Egress {
     const guarded = {
       ...settings,
       refuse: this.#refuse,
+      refuseReuse: (host: string, port: number) => verdicts.refuseReuse(host, port),
       refuseBound: this.#refuseBound,
       refusePeer: this.#refusePeer,
     };
@@ -169,6 +174,11 @@ export class Egress {
     this.view = new PoolView(settings.socks, this.pool, settings.breaker.probeIntervalMs);
     const ways = this.#ways;
     const direct = this.#directAgent;
+    // A changed machine reading closes every pooled connection it now refuses.
+    this.#unwatchMachine = view.onChange(function closeRefusedPooled() {
+      const refused = (host: string, port: number) => verdicts.refuseNow(host, port) !== undefined;
+      for (const agent of [direct, ...ways.agents]) agent.closeRefused(refused);
+    });
     this.idle = new IdleWatch(
       function watchedAgents() {
         return [direct, ...ways.agents];
@@ -455,6 +465,7 @@ export class Egress {
   /** Closes every pooled upstream connection. */
   close(): void {
     this.#closed = true;
+    this.#unwatchMachine();
     this.#scheduleProbes();
     this.view.stop();
     this.idle.stop();

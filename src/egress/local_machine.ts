@@ -133,9 +133,29 @@ export function parseHosts(text: string): Map<string, string[]> {
 }
 
 /**
- * The machine as the egress judges each new connection by: read again once it is older than
- * `maxAgeMs`, so a hosts-file line added after boot is seen by the next connection made after
- * that; one read at a time.
+ * True when two readings say the same: host name, hosts-file names and their addresses in order,
+ * interface addresses, and what could not be read.
+ */
+export function sameMachine(a: LocalMachine, b: LocalMachine): boolean {
+  if (a === b) return true;
+  if (a.hostname !== b.hostname || a.hosts.size !== b.hosts.size) return false;
+  if (a.addresses.size !== b.addresses.size || a.unread.join("\n") !== b.unread.join("\n")) {
+    return false;
+  }
+  for (const address of a.addresses) if (!b.addresses.has(address)) return false;
+  for (const [name, addresses] of a.hosts) {
+    const other = b.hosts.get(name);
+    if (!other || other.join(" ") !== addresses.join(" ")) return false;
+  }
+  return true;
+}
+
+/**
+ * The machine as the egress judges each connection by — each new one, and each pooled one before
+ * it is used again: read again once it is older than `maxAgeMs`, so a hosts-file line added after
+ * boot is seen by the first connection made or reused after that; one read at a time. A reading
+ * that says what the last one said keeps the last one's object (callers may cache verdicts per
+ * reading); one that differs is told to every {@link onChange} listener.
  */
 export class MachineView {
   readonly #read: () => Promise<LocalMachine>;
@@ -144,6 +164,7 @@ export class MachineView {
   #latest: LocalMachine = bareMachine();
   #readAt = -Infinity;
   #pending?: Promise<LocalMachine>;
+  readonly #listeners = new Set<(machine: LocalMachine) => void>();
 
   /**
    * @param read how the machine is read (default: {@link readLocalMachine})
@@ -163,14 +184,40 @@ export class MachineView {
     return this.#latest;
   }
 
+  /** True while the last reading is younger than `maxAgeMs` ({@link current} would not read). */
+  fresh(): boolean {
+    return this.#clock() - this.#readAt < this.#maxAgeMs;
+  }
+
   /** The machine, read again first when the last reading is older than `maxAgeMs`. */
   current(): Promise<LocalMachine> {
     if (this.#clock() - this.#readAt < this.#maxAgeMs) return Promise.resolve(this.#latest);
     this.#pending ??= this.#read().then((machine) => {
-      this.#latest = machine;
       this.#readAt = this.#clock();
+      if (sameMachine(this.#latest, machine)) return this.#latest;
+      this.#latest = machine;
+      for (const listener of this.#listeners) tell(listener, machine);
       return machine;
     }, () => this.#latest).finally(() => this.#pending = undefined);
     return this.#pending;
+  }
+
+  /**
+   * Calls `listener` with each reading that differs from the one before it.
+   *
+   * @returns a function that stops calling it
+   */
+  onChange(listener: (machine: LocalMachine) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+}
+
+/** Calls a change listener; its failure is its own, never the reading's. */
+function tell(listener: (machine: LocalMachine) => void, machine: LocalMachine): void {
+  try {
+    listener(machine);
+  } catch {
+    // The reading stands; a listener that fails has nothing to undo here.
   }
 }

@@ -4,8 +4,8 @@
  * would make any public request a protected one; Deno's grant to listen on an address also grants
  * connecting to it, and a SOCKS instance on this machine connects wherever it is asked.
  *
- * Checked twice, and `egress.allow_private` opens neither (it may allow loopback for a backend on
- * this machine, never this gateway's own ports):
+ * Checked at load, at connect time and before each reuse, and `egress.allow_private` opens none
+ * of them (it may allow loopback for a backend on this machine, never this gateway's own ports):
  *
  * - at load — `check`, boot, every generation a folder reload or a hub push offers, and a hub's own
  *   set — by {@link ownListener}: the host in any spelling a resolver accepts, or a name this
@@ -16,13 +16,20 @@
  *   file read again ({@link refuseOwnDestination}: a line added after the load); the address a
  *   SOCKS instance reports it connected from ({@link refuseLoopbackTunnel}: loopback means the
  *   destination is on this machine, whatever name it was asked for); and for a direct dial the
- *   address the socket reached ({@link refusePeer}: what the system resolver made of the name).
+ *   address the socket reached ({@link refusePeer}: what the system resolver made of the name);
+ * - before each reuse of a pooled connection, the destination again, against the machine as it is
+ *   then (reach_verdicts.ts): a kept-alive connection made while a hosts-file line was not yet
+ *   seen used to serve local_health for as long as it lived. A machine reading that changes closes
+ *   every pooled connection whose destination it now refuses.
  *
  * What it cannot see: a name that only DNS (or the SOCKS server's own resolver) maps to this
  * machine, through an instance that does not report the address it connected from (microsocks
  * answers `0.0.0.0`, Tor answers nothing); see local_machine.ts for why names are not sent to the
  * system resolver. A name that does not resolve locally at load is accepted then and judged again
- * at each connection.
+ * at each connection and each reuse. The machine is read at most once a second (local_machine.ts
+ * `MachineView`): a connection made in the second after a hosts-file line appears may still land
+ * on an own listener, and answers for as long as that exchange lasts; a raw tunnel (an upgrade, a
+ * passthrough) is judged only when it is opened.
  *
  * @module
  */

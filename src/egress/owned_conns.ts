@@ -9,10 +9,15 @@
  * ran out) or sends bytes nobody asked for, that read returns and the connection is dropped from
  * the pool at once, so a request is not written to a connection the upstream already closed. A
  * connection taken from the pool hands that pending read to its new owner: the first bytes of the
- * response may already be in it.
+ * response may already be in it. A connection back from an exchange goes to the client connection
+ * it served at once, to any other only once it has settled (reuse_settle.ts): surplus bytes an
+ * upstream sends a few milliseconds after a response drop the connection instead of answering
+ * another client. Connections still settling do not count against the idle cap (they were busy a
+ * moment ago; counting them would close the settled ones the next clients need).
  *
  * @module
  */
+import { mayTake, SETTLE_MS } from "./reuse_settle.ts";
 
 /** Bytes per read buffer: one socket read's worth. */
 export const READ_BUFFER_BYTES = 64 * 1024;
@@ -42,8 +47,12 @@ export class OwnedConn {
   reused = false;
   /** When a body read started that has not returned yet (the idle watch's clock); undefined: none. */
   readingSince?: number;
-  /** When it went back to the pool. */
+  /** When it went back to the pool (the idle watch's clock: set by its first sweep after). */
   idleSince = 0;
+  /** When its last exchange released it (the pool's clock): it settles from then. */
+  releasedAt = Number.NEGATIVE_INFINITY;
+  /** The client connection its current or last exchange served. */
+  owner?: object;
   #closed = false;
   #parked?: { readonly buffer: Uint8Array; readonly read: Promise<number | null> };
   #parkedIdle = false;
@@ -128,28 +137,73 @@ export class OwnedConn {
 
 /** The owned connections of one agent: idle ones per destination, and busy ones. */
 export class OwnedConns {
+  /** Idle connections per destination, oldest release first. */
   readonly #idle = new Map<string, OwnedConn[]>();
   readonly #busy = new Set<OwnedConn>();
   readonly #maxIdle: number;
+  readonly #clock: () => number;
+  readonly #settleMs: number;
 
-  /** @param maxIdle idle connections kept per destination */
-  constructor(maxIdle: number) {
+  /**
+   * @param maxIdle settled idle connections kept per destination
+   * @param settleMs how long a connection back from an exchange settles for other clients
+   * @param clock milliseconds, monotonic (for the settle time)
+   */
+  constructor(
+    maxIdle: number,
+    settleMs: number = SETTLE_MS,
+    clock: () => number = () => performance.now(),
+  ) {
     this.#maxIdle = maxIdle;
+    this.#settleMs = settleMs;
+    this.#clock = clock;
   }
 
-  /** The newest idle connection to `key`, now busy; undefined when there is none. */
-  take(key: string): OwnedConn | undefined {
+  /**
+   * The newest idle connection to `key` that client connection `owner` may have, now busy and
+   * `owner`'s; undefined when there is none (a connection still settling for another client is
+   * left where it is: the caller dials).
+   */
+  take(key: string, owner?: object): OwnedConn | undefined {
     const list = this.#idle.get(key);
-    const conn = list?.pop();
-    if (list?.length === 0) this.#idle.delete(key);
-    if (!conn) return undefined;
+    if (!list) return undefined;
+    const now = this.#clock();
+    let at = list.length - 1;
+    while (at >= 0 && !mayTake(list[at], owner, now, this.#settleMs)) at--;
+    if (at < 0) return undefined;
+    const [conn] = list.splice(at, 1);
+    if (list.length === 0) this.#idle.delete(key);
     conn.claim();
+    conn.owner = owner;
     this.#busy.add(conn);
     return conn;
   }
 
-  /** Counts a freshly dialled connection as busy. */
-  adopt(conn: OwnedConn): void {
+  /** True when an idle connection to `key` waits in the pool (settled or not). */
+  holds(key: string): boolean {
+    return this.#idle.has(key);
+  }
+
+  /**
+   * Closes every idle connection whose destination `refused` names (the destination check refuses
+   * it now: reach_verdicts.ts), each destination asked once.
+   *
+   * @returns how many were closed
+   */
+  closeIdle(refused: (key: string) => boolean): number {
+    let closed = 0;
+    for (const [key, list] of [...this.#idle]) {
+      if (!refused(key)) continue;
+      this.#idle.delete(key);
+      for (const conn of list) conn.close();
+      closed += list.length;
+    }
+    return closed;
+  }
+
+  /** Counts a freshly dialled connection as busy, serving client connection `owner`. */
+  adopt(conn: OwnedConn, owner?: object): void {
+    conn.owner = owner;
     this.#busy.add(conn);
   }
 
@@ -161,7 +215,10 @@ export class OwnedConns {
     this.#busy.delete(conn);
     if (!reusable || conn.closed) return conn.close();
     const list = this.#idle.get(conn.key) ?? [];
-    if (list.length >= this.#maxIdle) list.shift()?.close();
+    const now = this.#clock();
+    const settledCount = list.filter((idle) => now - idle.releasedAt >= this.#settleMs).length;
+    if (settledCount >= this.#maxIdle) list.shift()?.close();
+    conn.releasedAt = now;
     conn.reused = true;
     conn.idleSince = Number.NaN; // set by the first sweep that sees it idle
     list.push(conn);

@@ -22,6 +22,7 @@ export function egressSettings(config: EgressConfig): EgressSettings {
     idleSocketMs: config.idle_socket_ms,
     bodyIdleMs: config.body_idle_ms,
     ownedReads: config.owned_reads,
+    reuseSettleMs: config.reuse_settle_ms,
     breaker: {
       window: config.breaker.window,
       minSamples: config.breaker.min_samples,

@@ -24,9 +24,65 @@
  * would wait on each other for ever under traffic both ways. Neither end of Portcullis pings, so
  * an end that pings is not a Portcullis edge or hub.
  *
+ * What the peer sends without data is budgeted ({@link ControlBudget}). An attack on the pacing
+ * above sent pongs nobody asked for: nothing answers them, so nothing paced them, and one node
+ * certificate had the hub read 5.8 GB of them in 40 s (RSS 174 → 290 MB); two such tunnels made
+ * another node's `/v1/pool` take 1,037 ms at the median instead of 12 ms. Empty binary frames
+ * reach no reader either, and a peer that reads every pong can ping at line rate. So pings, pongs
+ * and empty data frames spend tokens of a per-connection bucket ({@link CONTROL_FRAME_BUDGET}:
+ * far above anything a keep-alive needs, since Portcullis itself sends none); a peer over it is
+ * closed with 1008 and read no further.
+ *
  * @module
  */
 import type { Socket } from "node:net";
+import { type CompiledRate, compileRate, spendConnectionToken } from "../ledger/rate_budget.ts";
+
+/** Frames without data a peer may send: `burst` at once, then `per_second`. */
+export const CONTROL_FRAME_BUDGET = Object.freeze({ per_second: 16, burst: 64 });
+
+/** The close reason for a peer over its {@link ControlBudget}. */
+export const OVER_CONTROL_BUDGET = "Too many frames without data";
+
+/**
+ * A peer's budget for frames that carry no data (pings, pongs, empty data frames): a token bucket
+ * per connection.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { ControlBudget } from "./ws_pacing.ts";
+ * let now = 0;
+ * const budget = new ControlBudget({ per_second: 1, burst: 2 }, () => now);
+ * assert.equal(budget.spend(), true);
+ * assert.equal(budget.spend(), true);
+ * assert.equal(budget.spend(), false);
+ * now = 1000;
+ * assert.equal(budget.spend(), true);
+ * ```
+ */
+export class ControlBudget {
+  readonly #rate: CompiledRate;
+  readonly #clock: () => number;
+  readonly #bucket: { rateTat?: number } = {};
+
+  /**
+   * @param budget refill per second and burst (default {@link CONTROL_FRAME_BUDGET})
+   * @param clock milliseconds, monotonic
+   */
+  constructor(
+    budget: { readonly per_second: number; readonly burst: number } = CONTROL_FRAME_BUDGET,
+    clock: () => number = () => performance.now(),
+  ) {
+    this.#rate = compileRate(budget);
+    this.#clock = clock;
+  }
+
+  /** Spends one frame's token: false when the peer is over its budget. */
+  spend(): boolean {
+    return spendConnectionToken(this.#bucket, this.#rate, this.#clock()) === 0;
+  }
+}
 
 /** What the pacing writes with and how it gives a peer up. */
 export interface PacingOptions {

@@ -18,9 +18,11 @@
  * transport drains, the transport not read meanwhile, a peer that leaves a pong owed too long
  * given up). Bytes held for a peer outside flow control — control frames queued, data read but not
  * taken, a frame still arriving — are capped per connection (`maxBufferedBytes`): over the cap the
- * connection is closed with 1008 and ended. A TLS transport is read no further than a paused TCP
- * socket (`tls_reads.ts`: on Deno 2.9.6 pausing a `node:tls` socket alone leaves its TCP socket
- * read into memory).
+ * connection is closed with 1008 and ended. Frames without data — pings, pongs, empty binary
+ * frames — spend a per-connection budget (`ws_pacing.ts` `ControlBudget`): over it the connection
+ * is closed with 1008 and its transport is read no further. A TLS transport is read no further
+ * than a paused TCP socket (`tls_reads.ts`: on Deno 2.9.6 pausing a `node:tls` socket alone leaves
+ * its TCP socket read into memory).
  *
  * @module
  */
@@ -29,7 +31,7 @@ import type { Socket } from "node:net";
 import { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import { holdTlsReads } from "./tls_reads.ts";
-import { ControlPacing } from "./ws_pacing.ts";
+import { ControlBudget, ControlPacing, OVER_CONTROL_BUDGET } from "./ws_pacing.ts";
 import {
   CloseCode,
   closeCodeOf,
@@ -69,6 +71,11 @@ export interface WebSocketStreamOptions {
    * above which the connection is closed with 1008 (default: twice the frame limit and 1 MiB).
    */
   readonly maxBufferedBytes?: number;
+  /**
+   * Frames without data (pings, pongs, empty binary frames) the peer may send: `burst`, then
+   * `per_second` (default `CONTROL_FRAME_BUDGET`); over it the connection is closed with 1008.
+   */
+  readonly controlBudget?: { readonly per_second: number; readonly burst: number };
 }
 
 /** Why the stream closed, as far as the WebSocket knows. */
@@ -94,6 +101,7 @@ export class WebSocketStream extends Duplex {
   readonly #options: WebSocketStreamOptions;
   readonly #maxBuffered: number;
   #pacing?: ControlPacing;
+  readonly #budget: ControlBudget;
 
   /** @param options the side, the frame limit and the first-message hook */
   constructor(options: WebSocketStreamOptions) {
@@ -104,6 +112,7 @@ export class WebSocketStream extends Duplex {
     const maxPayload = options.maxFrameBytes ?? MAX_FRAME_BYTES;
     this.#decoder = new FrameDecoder({ side: options.side, maxPayload });
     this.#maxBuffered = options.maxBufferedBytes ?? 2 * maxPayload + (1 << 20);
+    this.#budget = new ControlBudget(options.controlBudget);
   }
 
   /**
@@ -154,6 +163,8 @@ export class WebSocketStream extends Duplex {
   }
 
   override _write(chunk: Uint8Array, _encoding: string, callback: (error?: Error) => void): void {
+    // An empty write carries nothing: no frame (the peer budgets frames without data).
+    if (chunk.length === 0) return callback();
     const go = () => {
       if (this.wsClose) return callback(new Error("The WebSocket is closed"));
       this.#bytesWritten += chunk.length;
@@ -277,6 +288,9 @@ export class WebSocketStream extends Duplex {
   }
 
   #handle(opcode: OpcodeValue, payload: Uint8Array): void {
+    const dataless = opcode === Opcode.ping || opcode === Opcode.pong ||
+      (opcode === Opcode.binary && payload.length === 0);
+    if (dataless && !this.#budget.spend()) return this.#overBudget();
     if (opcode === Opcode.binary) {
       if (this.#firstText) return this.refuse(CloseCode.policyViolation, "Expected the dial op");
       this.#bytesRead += payload.length;
@@ -299,6 +313,15 @@ export class WebSocketStream extends Duplex {
       this.#transport?.end();
       this.push(null);
     }
+  }
+
+  /**
+   * Closes with 1008 a peer over its budget of frames without data, and reads its transport no
+   * further: the close frame still goes out (a peer that reads it learns why).
+   */
+  #overBudget(): void {
+    this.#transport?.pause();
+    this.refuse(CloseCode.policyViolation, OVER_CONTROL_BUDGET);
   }
 
   /** Writes a control or text frame (counted by the pacing until the transport wrote it). */

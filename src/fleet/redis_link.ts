@@ -7,15 +7,18 @@
  * The link fails fast and never queues: no offline queue, so a request never waits on a store that
  * is down — the caller decides on its own table at once — and a command later than the policy's
  * `timeout_ms` is given up here (the client has no timeout for a server that stopped answering;
- * its answer, if it comes, is ignored). The client reconnects by itself every 20–200 ms; each
- * change between up and down is logged once. The GCRA script is called by its SHA-1 and sent
- * whole only when the store answers `NOSCRIPT` (after a restart, say).
+ * its answer, if it comes, is ignored). The client reconnects by itself every 20–200 ms. Up means
+ * ready and answering in time (store_liveness.ts): a store that hangs on an open connection is
+ * down after a few late answers and up again on the first answer in time; each change is logged
+ * once, with its reason. The GCRA script is called by its SHA-1 and sent whole only when the store
+ * answers `NOSCRIPT` (after a restart, say).
  *
  * @module
  */
 import { createHash } from "node:crypto";
 import { GCRA_SCRIPT } from "./gcra_script.ts";
 import type { StoreCount } from "./store_counters.ts";
+import { PROBE_DOWN_MS, StoreLiveness } from "./store_liveness.ts";
 
 /** The store's GCRA answer: allowed (1 or 0), arrival time ahead of now (µs), denials in a row. */
 export type GcraReply = [allowed: number, aheadUs: number, denials: number];
@@ -53,50 +56,89 @@ async function connectClient(url: string): Promise<Client> {
   });
 }
 
+/** What a link needs besides its URL and counters. */
+export interface LinkOptions {
+  /** Where changes between up and down are logged. */
+  readonly log: (line: string) => void;
+  /** The deadline of a ping (ms): the longest `timeout_ms` a policy gives this store. */
+  readonly pingDeadline: () => number;
+}
+
 /** One fleet store as one isolate reaches it. */
 export class RedisLink {
   readonly url: string;
   readonly #count: StoreCount;
-  readonly #log: (line: string) => void;
+  readonly #options: LinkOptions;
+  readonly #liveness: StoreLiveness;
   #client?: Client;
   #subscriber?: Client;
+  #timer?: number;
   #closed = false;
 
   /**
    * @param url `redis://host:port[/db]`
-   * @param count this isolate's counters of the store
-   * @param log where transitions are logged
+   * @param count this isolate's counters of the store (`up` is kept here)
+   * @param options the log and the ping deadline
    */
-  constructor(url: string, count: StoreCount, log: (line: string) => void) {
+  constructor(url: string, count: StoreCount, options: LinkOptions) {
     this.url = url;
     this.#count = count;
-    this.#log = log;
+    this.#options = options;
+    this.#liveness = new StoreLiveness({
+      ping: () => this.#ping(),
+      changed: (up, reason) => this.#changed(up, reason),
+      clock: () => performance.now(),
+    });
   }
 
-  /** True while the connection is ready. */
+  /** True while the connection is ready and the store answers in time. */
   get up(): boolean {
-    return this.#count.up === 1;
+    return this.#liveness.up;
   }
 
   /** Connects (in the background: a store that is down at boot is retried, never waited on). */
   async open(): Promise<void> {
     const client = await connectClient(this.url);
     if (this.#closed) return;
-    client.on("error", () => this.#set(0)); // a lost or refused connection; it retries
-    client.on("ready", () => this.#set(1));
+    // A lost or refused connection; the client retries by itself.
+    client.on("error", () => this.#liveness.lost());
+    client.on("ready", () => this.#liveness.ready());
     this.#client = client;
+    const timer = setInterval(() => this.#liveness.tick(), PROBE_DOWN_MS) as unknown as number;
+    Deno.unrefTimer(timer);
+    this.#timer = timer;
     client.connect().catch(() => {});
   }
 
-  #set(up: number): void {
-    if (this.#count.up === up || this.#closed) return;
-    this.#count.up = up;
-    this.#log(
+  #changed(up: boolean, reason: string): void {
+    if (this.#closed) return;
+    this.#count.up = up ? 1 : 0;
+    this.#options.log(
       up
-        ? `portcullis: fleet store ${this.url} is up: policies decide on it again`
-        : `portcullis: warning: fleet store ${this.url} is down: policies decide on this edge's ` +
-          "own tables until it returns",
+        ? `portcullis: fleet store ${this.url} is up (${reason}): policies decide on it again`
+        : `portcullis: warning: fleet store ${this.url} is down (${reason}): policies decide on ` +
+          "this edge's own tables until it answers in time again",
     );
+  }
+
+  /** One PING within the ping deadline; settles when the store answered it, however late. */
+  #ping(): Promise<unknown> {
+    const client = this.#client;
+    if (!client?.isReady) return Promise.resolve();
+    const answer = client.ping();
+    this.#timed(answer, this.#options.pingDeadline()).catch(() => {});
+    return answer;
+  }
+
+  /** `promise` within `timeoutMs`, telling the liveness whether it was answered in time. */
+  #timed<T>(promise: Promise<T>, timeoutMs: number): Promise<T> {
+    return within(promise, timeoutMs).then((value) => {
+      this.#liveness.answered();
+      return value;
+    }, (error) => {
+      if (error instanceof StoreTimeout) this.#liveness.late(timeoutMs);
+      throw error;
+    });
   }
 
   /**
@@ -111,7 +153,7 @@ export class RedisLink {
     toleranceUs: number,
     timeoutMs: number,
   ): Promise<GcraReply> {
-    const client = this.#ready();
+    const client = this.#ready(true);
     const options = { keys: [key], arguments: [String(intervalUs), String(toleranceUs)] };
     this.#count.roundTrips++;
     const reply = client.evalSha(GCRA_SHA, options).catch((error: Error) => {
@@ -119,7 +161,7 @@ export class RedisLink {
       this.#count.roundTrips++;
       return client.eval(GCRA_SCRIPT, options);
     });
-    return within(reply as Promise<GcraReply>, timeoutMs);
+    return this.#timed(reply as Promise<GcraReply>, timeoutMs);
   }
 
   /** Sets `key` for `ttlMs` and publishes `message` on `channel`, in one round trip. */
@@ -130,10 +172,10 @@ export class RedisLink {
     message: string,
     timeoutMs: number,
   ): Promise<void> {
-    const client = this.#ready();
+    const client = this.#ready(true);
     this.#count.roundTrips++;
     const exec = client.multi().set(key, "1", { PX: ttlMs }).publish(channel, message).exec();
-    await within(exec, timeoutMs);
+    await this.#timed(exec, timeoutMs);
   }
 
   /**
@@ -141,17 +183,20 @@ export class RedisLink {
    * learn the blocks made while it was away.
    */
   async *scan(pattern: string, timeoutMs: number): AsyncGenerator<[string, number]> {
-    const client = this.#ready();
+    const client = this.#ready(false);
     let cursor = "0";
     do {
       this.#count.roundTrips++;
-      const page = await within(client.scan(cursor, { MATCH: pattern, COUNT: 500 }), timeoutMs);
+      const page = await this.#timed(
+        client.scan(cursor, { MATCH: pattern, COUNT: 500 }),
+        timeoutMs,
+      );
       cursor = String(page.cursor);
       if (page.keys.length === 0) continue;
       this.#count.roundTrips++;
       const batch = client.multi();
       for (const key of page.keys) batch.pTTL(key);
-      const ttls = await within(batch.execAsPipeline(), timeoutMs);
+      const ttls = await this.#timed(batch.execAsPipeline(), timeoutMs);
       for (let i = 0; i < page.keys.length; i++) {
         const ttl = Number(ttls[i]);
         if (ttl > 0) yield [String(page.keys[i]), ttl];
@@ -184,16 +229,23 @@ export class RedisLink {
     }).catch(() => {});
   }
 
-  /** The client when ready, else throws at once (the caller falls back). */
-  #ready(): Client {
+  /**
+   * The client when ready — and, with `answering`, when the store answers in time — else throws at
+   * once (the caller falls back). A catch-up scan asks only for a ready connection: it runs when
+   * the subscription is back, which may be before the first ping was answered.
+   */
+  #ready(answering: boolean): Client {
     const client = this.#client;
-    if (!client?.isReady) throw new Error(`Store ${this.url} is not ready`);
+    if (!client?.isReady || (answering && !this.up)) {
+      throw new Error(`Store ${this.url} is not ready`);
+    }
     return client;
   }
 
   /** Closes both connections; nothing is logged after. */
   close(): void {
     this.#closed = true;
+    clearInterval(this.#timer);
     for (const client of [this.#client, this.#subscriber]) {
       if (client?.isOpen) client.destroy();
     }

@@ -67,6 +67,8 @@ export class FleetStores implements FleetPolicies {
   /** `url prefix` pairs listened to (or to listen to once started). */
   readonly #channels = new Set<string>();
   readonly #tags = new Map<string, string>();
+  /** Per store, the longest `timeout_ms` a policy gives it: a ping's deadline. */
+  readonly #deadlines = new Map<string, number>();
   /** `scope ␊ client key` → its salted hash (an HMAC is ~15 µs here; a lookup, well under one). */
   readonly #digests = new Map<string, Buffer>();
   readonly #salt: Uint8Array;
@@ -90,7 +92,10 @@ export class FleetStores implements FleetPolicies {
   async start(start: FleetStart): Promise<void> {
     this.#start = start;
     for (const url of this.#urls) {
-      const link = new RedisLink(url, this.counters.of(url), start.log);
+      const link = new RedisLink(url, this.counters.of(url), {
+        log: start.log,
+        pingDeadline: () => this.#deadlines.get(url) ?? PING_DEADLINE_MS,
+      });
       this.#links.set(url, link);
       await link.open();
     }
@@ -105,6 +110,7 @@ export class FleetStores implements FleetPolicies {
   rate(policy: ActivePolicy<"rate_limit">, context: PolicyContext): RemoteRate | undefined {
     const store = policy.store?.redis;
     if (!store || !this.#urls.includes(store.url)) return undefined;
+    this.#expect(store.url, store.timeout_ms);
     const share = store.precheck_share;
     const preTable = share === undefined
       ? undefined
@@ -133,6 +139,7 @@ export class FleetStores implements FleetPolicies {
   ): RemoteBlocks | undefined {
     const store = policy.store?.redis;
     if (!store || !this.#urls.includes(store.url)) return undefined;
+    this.#expect(store.url, store.timeout_ms);
     const tag = this.tag(context.scope);
     const count = this.counters.of(store.url);
     this.#targets.set(`${store.url} ${store.key_prefix} ${tag}`, { table, count });
@@ -159,6 +166,11 @@ export class FleetStores implements FleetPolicies {
         }
       },
     };
+  }
+
+  /** Remembers that a policy waits `timeoutMs` for `url`: pings wait as long as the longest. */
+  #expect(url: string, timeoutMs: number): void {
+    this.#deadlines.set(url, Math.max(this.#deadlines.get(url) ?? 0, timeoutMs));
   }
 
   /** The link to `url` (after {@link start}). */
@@ -246,6 +258,9 @@ export class FleetStores implements FleetPolicies {
     target.count.blocksReceived++;
   }
 }
+
+/** A ping's deadline for a store no policy names yet (ms). */
+const PING_DEADLINE_MS = 1000;
 
 /** Client hashes remembered per isolate (48 bytes of text and hash each, about 6 MB when full). */
 const DIGEST_CACHE = 65_536;

@@ -26,7 +26,10 @@
  * Each registration and renewal runs one at a time per node and reads the node's standing from
  * disk twice: before signing, and after the serial is recorded — a revocation written between the
  * two withholds the certificate. node_standing.ts proves why no certificate then escapes the
- * revocation.
+ * revocation. A registration is serialized from before its secret is consumed: one asked again
+ * while the first is still being issued (twelve at once with one key refused seven, found in an
+ * attack on issue 31) waits for it and then gets the same certificate from the retry record the
+ * first wrote; with another key it is refused, so one secret still buys one certificate.
  *
  * @module
  */
@@ -91,20 +94,32 @@ export class Enrolment {
   /** `POST /v1/nodes/register`: `{node_id, node_type, csr, secret}` → `{certificate, ca}`. */
   async register(body: v.InferOutput<typeof RegisterBody>, requestId: string): Promise<Reply> {
     const nodeId = body.node_id;
-    const nodeType = body.node_type;
     const refuse = (why: string) => {
       this.#options.log(`portcullis: hub: registration of node ${quote(nodeId)} refused: ${why}`);
       return failureReply("registration_refused", requestId);
     };
-    // The secret first, the same work for any node id (the secrets compare digests).
-    const spent = await this.#options.secrets.consume(
-      NODE_ID.test(nodeId) ? nodeId : "",
-      body.secret,
+    // One registration of a node at a time, from before its secret is consumed: one asked again
+    // while the first is still being issued waits for it, and then finds its retry record.
+    if (!NODE_ID.test(nodeId)) return await this.#consumeAndRegister("", body, refuse);
+    return await this.#options.standing.serialized(
+      nodeId,
+      () => this.#consumeAndRegister(nodeId, body, refuse),
     );
+  }
+
+  /** Consumes the secret, then registers the node, or answers a retry, or refuses (serialized). */
+  async #consumeAndRegister(
+    nodeId: string,
+    body: v.InferOutput<typeof RegisterBody>,
+    refuse: (why: string) => Reply,
+  ): Promise<Reply> {
+    // The secret first, the same work for any node id (the secrets compare digests).
+    const spent = await this.#options.secrets.consume(nodeId, body.secret);
     if (!spent.ok) {
       if (spent.spent) return await this.#again(spent.spent, body, refuse);
       return refuse("no unspent secret matches");
     }
+    const nodeType = body.node_type;
     if (nodeType !== spent.nodeType) {
       return refuse(`the secret was made for a ${spent.nodeType}, not a ${quote(nodeType)}`);
     }
@@ -114,10 +129,7 @@ export class Enrolment {
       incarnation: spent.incarnation,
       registeredAt: new Date().toISOString(),
     };
-    return await this.#options.standing.serialized(
-      nodeId,
-      () => this.#registerNode(entry, body, refuse),
-    );
+    return await this.#registerNode(entry, body, refuse);
   }
 
   /** Registers a node whose secret was just spent: checks, signs, records, checks again. */
@@ -180,33 +192,32 @@ export class Enrolment {
 
   /**
    * A registration asked again with a secret already spent: the same certificate for the same
-   * key, while the node is neither revoked nor provisioned again since.
+   * key, while the node is neither revoked nor provisioned again since. Runs inside the node's
+   * serialized registration ({@link register}).
    */
-  #again(
+  async #again(
     record: SpentSecret,
     body: v.InferOutput<typeof RegisterBody>,
     refuse: (why: string) => Reply,
   ): Promise<Reply> {
     const nodeId = record.nodeId;
-    return this.#options.standing.serialized(nodeId, async () => {
-      const key = await csrKeySha256(body.csr);
-      if (body.node_type !== record.nodeType || key !== record.keySha256) {
-        return refuse("the secret was spent by a registration with another key (or type)");
-      }
-      const now = await this.#options.standing.readOnDisk(nodeId);
-      const judged = this.#options.standing.listed(record.serial)
-        ? "revoked"
-        : await this.#options.standing.judge(nodeId, record.serial);
-      if (now.revoked || now.entry?.incarnation !== record.incarnation || judged !== "ok") {
-        return refuse("the secret was spent, and the node was revoked or provisioned again since");
-      }
-      this.#options.log(
-        `portcullis: hub: registration of ${nodeId} asked again with the same key: certificate ` +
-          `${record.serial} answered again`,
-      );
-      const notAfter = certificateNotAfter(record.certificate);
-      return this.#answer({ chainPem: record.certificate, serial: record.serial, notAfter });
-    });
+    const key = await csrKeySha256(body.csr);
+    if (body.node_type !== record.nodeType || key !== record.keySha256) {
+      return refuse("the secret was spent by a registration with another key (or type)");
+    }
+    const now = await this.#options.standing.readOnDisk(nodeId);
+    const judged = this.#options.standing.listed(record.serial)
+      ? "revoked"
+      : await this.#options.standing.judge(nodeId, record.serial);
+    if (now.revoked || now.entry?.incarnation !== record.incarnation || judged !== "ok") {
+      return refuse("the secret was spent, and the node was revoked or provisioned again since");
+    }
+    this.#options.log(
+      `portcullis: hub: registration of ${nodeId} asked again with the same key: certificate ` +
+        `${record.serial} answered again`,
+    );
+    const notAfter = certificateNotAfter(record.certificate);
+    return this.#answer({ chainPem: record.certificate, serial: record.serial, notAfter });
   }
 
   /**

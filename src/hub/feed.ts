@@ -102,21 +102,30 @@ export class ConfigFeed {
   /**
    * Answers one poll.
    *
-   * @param have the hash the node holds ("" for none)
+   * @param node `have`: the hash the node serves ("" for none); `seen`: the hash of a set it
+   *   received but does not serve (waiting for its cache, or refused), or "" — while that is the
+   *   live set the node is held and answered `current` like a current node (sending the set again
+   *   would change nothing), though its `have` stays what it serves
    * @param holdMs how long to hold a node that is current (0 answers at once)
    * @param signal ends the hold early (the node went away, or the hub is stopping)
    */
-  async answer(have: string, holdMs: number, signal?: AbortSignal): Promise<StreamAnswer> {
-    if (have !== "" && have === this.live.hash && holdMs > 0 && !signal?.aborted) {
+  async answer(
+    node: { readonly have: string; readonly seen?: string },
+    holdMs: number,
+    signal?: AbortSignal,
+  ): Promise<StreamAnswer> {
+    const { have, seen = "" } = node;
+    const known = (hash: string) => hash !== "" && hash === this.live.hash;
+    if ((known(have) || known(seen)) && holdMs > 0 && !signal?.aborted) {
       await this.#held.hold(holdMs, signal);
     }
-    return this.#answerNow(have);
+    return this.#answerNow(have, seen);
   }
 
-  #answerNow(have: string): StreamAnswer {
+  #answerNow(have: string, seen: string): StreamAnswer {
     const live = this.#history[this.#history.length - 1];
     const hub = this.#note();
-    if (have === live.hash) {
+    if (have === live.hash || (seen !== "" && seen === live.hash)) {
       return { type: "current", generation: live.number, hash: live.hash, hub };
     }
     const base = this.#history.find((p) => p.hash === have);

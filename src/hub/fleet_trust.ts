@@ -35,11 +35,12 @@ export interface FleetTrust {
 }
 
 /**
- * Loads the intermediate, the CRL and the nodes' standing (with `ca`), and makes the revocations
- * (not yet looking).
+ * Loads the intermediate, the CRL (or, when it is damaged, the hub's last good copy of it:
+ * enforced_crl.ts) and the nodes' standing (with `ca`), and makes the revocations (not yet
+ * looking).
  *
- * @throws {BootError} when the CA's files cannot be read, the CRL is not the intermediate's, or
- *   the CA still has the flat issued layout
+ * @throws {BootError} when the CA's files cannot be read, neither the CRL nor its last good copy
+ *   is the intermediate's, or the CA still has the flat issued layout
  */
 export async function loadFleetTrust(
   config: HubConfig,
@@ -59,7 +60,11 @@ export async function loadFleetTrust(
     throw new BootError([`Cannot load the fleet CA in ${files.dir}: ${(error as Error).message}`]);
   }
   await refuseFlatLayout(config);
-  const crl = { file: files.crl, intermediatePem: issuer.intermediatePem };
+  const crl = {
+    file: files.crl,
+    intermediatePem: issuer.intermediatePem,
+    lastGoodFile: files.lastGoodCrl,
+  };
   const serials = { isRevoked: (serial: string): boolean => revocations.isRevoked(serial) };
   const standing: NodeStanding = new NodeStanding({ files, doorList, crl: serials, log });
   const revocations: Revocations = new Revocations({ crl, standing, reloadMs, log });

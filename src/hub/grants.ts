@@ -75,16 +75,18 @@ export function hubGrants(config: HubConfig): Grant[] {
  * What a hub with the fleet CA reads and writes: the root certificate and the intermediate (its
  * key a secret), the CRL and `revoked/` (the markers `hub revoke` writes), read; `issued/` (the
  * record of what was signed), `secrets/` (one registration secret per node, removed when spent,
- * and the spent records a retry reads) and `nodes/` (each node's type and incarnation, written at
- * registration), read and written. Not `root.key`: the hub runs without it; and it never writes a
- * revocation.
+ * and the spent records a retry reads), `nodes/` (each node's type and incarnation, written at
+ * registration) and `hub-state/` (its last good copy of the CRL, served when the CRL is damaged:
+ * hub/enforced_crl.ts), read and written. Not `root.key`: the hub runs without it; and it never
+ * writes a revocation — `crl.pem` stays read-only to it.
  */
 function caGrants(files: CaFiles): Grant[] {
   const purpose = "fleet CA";
+  const written = [files.issuedDir, files.secretsDir, files.nodesDir, files.hubStateDir];
   return [
     ...[files.rootCert, files.intermediateCert, files.intermediateKey, files.crl, files.revokedDir]
       .map((value): Grant => ({ name: "read", value, purpose })),
-    ...[files.issuedDir, files.secretsDir, files.nodesDir].flatMap((value): Grant[] => [
+    ...written.flatMap((value): Grant[] => [
       { name: "read", value, purpose },
       { name: "write", value, purpose },
     ]),

@@ -23,7 +23,11 @@
  * `admits` again and closes every stream no longer admitted with 1008; a stream open for
  * `transport.max_stream_seconds` is closed with 1001 (the edge dials a new one for its next
  * request). Control frames are paced by the stream (`ws_stream.ts`): a node that pings and never
- * reads stops being read from, and one that makes the hub hold too much is closed with 1008.
+ * reads stops being read from, and one that makes the hub hold too much is closed with 1008. A
+ * node that sends frames without data (pings, pongs, empty binary frames) beyond the stream's
+ * budget (`ws_pacing.ts` `ControlBudget`) is closed with 1008 at once and read no further — one
+ * tunnel's pongs, read at line rate, used to slow every other node's requests — and counted as a
+ * `protocol` refusal.
  *
  * @module
  */
@@ -34,6 +38,7 @@ import type { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import { holdTlsReads } from "../egress/tls_reads.ts";
 import { acceptFor, CloseCode } from "../egress/ws_frame.ts";
+import { OVER_CONTROL_BUDGET } from "../egress/ws_pacing.ts";
 import { WebSocketStream } from "../egress/ws_stream.ts";
 import { failureReply } from "../request/errors.ts";
 import { requestIdFor } from "../request/request_id.ts";
@@ -206,6 +211,8 @@ export class HttpsTunnel {
       if (!closed?.refused) return;
       if (closed.code === CloseCode.policyViolation && closed.reason === "Expected the dial op") {
         this.#count("dial", "a binary message before the dial op");
+      } else if (closed.reason === OVER_CONTROL_BUDGET) {
+        this.#count("protocol", `${closed.code} ${closed.reason}`);
       } else if (closed.code !== CloseCode.policyViolation && closed.code !== 1011) {
         this.#count("protocol", `${closed.code} ${closed.reason}`);
       }

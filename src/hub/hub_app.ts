@@ -31,16 +31,21 @@ import {
 import { type HubEnv, nodeAuth } from "./api_auth.ts";
 import { NODE_ID, type NodeAuthenticator } from "./auth.ts";
 import { readJsonBody, RegisterBody, RenewBody } from "./enrolment.ts";
+import { hubMetricsReply } from "./hub_metrics.ts";
 import type { HubRoute } from "./listeners.ts";
 import { DOOR_STREAM_PATH } from "./mirrors/service.ts";
 import type { HubRoutes } from "./routes.ts";
 
 /** A query that names a node. */
 const NodeQuery = v.object({ node_id: v.pipe(v.string(), v.regex(NODE_ID)) });
-/** A poll of a stream: the node, the hash it has, and `wait=0` for an answer without a hold. */
+/**
+ * A poll of a stream: the node, the hash it serves, the hash of a set it received but does not
+ * serve (`seen`, the config stream), and `wait=0` for an answer without a hold.
+ */
 const PollQuery = v.object({
   node_id: v.pipe(v.string(), v.regex(NODE_ID)),
   have: v.optional(v.string(), ""),
+  seen: v.optional(v.string(), ""),
   wait: v.optional(v.string()),
 });
 
@@ -74,6 +79,7 @@ export function hubApiApp(routes: HubRoutes, authenticate: NodeAuthenticator): H
       const query = {
         nodeId: c.var.nodeId,
         have: c.req.query("have") ?? "",
+        seen: c.req.query("seen") ?? "",
         wait: c.req.query("wait"),
       };
       return held(routes.answerPoll(query, c.env.outgoing, heldBy(c)));
@@ -117,7 +123,7 @@ export function hubApiApp(routes: HubRoutes, authenticate: NodeAuthenticator): H
   return app;
 }
 
-/** The health listener's app (loopback): `/healthz`, status, nodes, and reload on POST. */
+/** The health listener's app (loopback): `/healthz`, status, metrics, nodes, and reload on POST. */
 export function hubHealthApp(routes: HubRoutes): Hono<HubEnv> {
   const app = operatorApp();
   declareRoute(
@@ -132,6 +138,9 @@ export function hubHealthApp(routes: HubRoutes): Hono<HubEnv> {
     { GET: [() => send(jsonReply(routes.status()))] },
     methodNotAllowed,
   );
+  declareRoute(app, "/metrics", {
+    GET: [() => send(hubMetricsReply(routes.options.revocations.families()))],
+  }, methodNotAllowed);
   declareRoute(app, "/v1/nodes", {
     GET: [() => send(jsonReply({ nodes: [...routes.nodes.values()] }))],
   }, methodNotAllowed);

@@ -6,9 +6,10 @@
  * the routes can end the held polls of nodes revoked since they were admitted: a revoked node sees
  * its stream closed with `node_revoked` within one look, not at its next poll.
  *
- * A CRL that cannot be read or whose signature is not the intermediate's is refused: at boot that
- * refuses the hub (a CA without a readable CRL would serve revoked nodes), later it keeps the last
- * good list and says why in the log, once per distinct reason.
+ * A CRL that cannot be read or whose signature is not the intermediate's is refused: at boot the
+ * hub serves with its last good copy of the list, and refuses to start only without one
+ * (enforced_crl.ts says why); later it keeps the list it holds and says why in the log, once per
+ * distinct reason.
  *
  * With the fleet CA each look also reads the nodes' standing (node_standing.ts: `revoked/`, the
  * marker `hub revoke` writes first, and `nodes/`), and those folders are watched like the CRL, so
@@ -19,15 +20,12 @@
  */
 import { BootError } from "../boot/boot_error.ts";
 import { certificateSerial } from "../trust/ca.ts";
-import { readRevoked } from "../trust/crl.ts";
 import { describeIoError } from "../config/yaml_file.ts";
+import type { Family } from "../observe/exposition.ts";
+import { type CrlSource, EnforcedCrl } from "./enforced_crl.ts";
 import type { Judgement, NodeStanding } from "./node_standing.ts";
 
-/** Where the CRL is and the certificate that must have signed it. */
-export interface CrlSource {
-  readonly file: string;
-  readonly intermediatePem: string;
-}
+export type { CrlSource } from "./enforced_crl.ts";
 
 /**
  * The canonical form of a certificate serial for comparison: lower-case hex without leading zeros
@@ -50,16 +48,20 @@ export function peerSerial(der: Uint8Array | undefined): string {
 /** The revocations the hub enforces, looked for again on a timer and on change. */
 export class Revocations {
   readonly #crl: CrlSource | undefined;
+  readonly #enforced: EnforcedCrl | undefined;
   readonly #reloadMs: number;
   readonly #log: (line: string) => void;
   readonly #standing: NodeStanding | undefined;
   readonly #listeners = new Set<() => void>();
+  /** The enforced list's serials, in {@link serialKey} form. */
   #serials: ReadonlySet<string> = new Set();
   #loadedAt: string | undefined;
   #lastError: string | undefined;
   #timer: number | undefined;
   readonly #watchers = new Set<Deno.FsWatcher>();
   #looking: Promise<void> | undefined;
+  /** The look that follows the running one, for asks made while it runs. */
+  #next: Promise<void> | undefined;
   #stopped = false;
   #looks = 0;
 
@@ -76,20 +78,23 @@ export class Revocations {
     },
   ) {
     this.#crl = options.crl;
+    this.#enforced = options.crl && new EnforcedCrl(options.crl, options.log);
     this.#standing = options.standing;
     this.#reloadMs = options.reloadMs;
     this.#log = options.log;
   }
 
   /**
-   * Reads the CRL for the first time.
+   * Reads the CRL for the first time (its last good copy when it cannot be used).
    *
-   * @throws {BootError} when the CRL cannot be read or was not signed by the intermediate
+   * @throws {BootError} when neither the CRL nor its last good copy reads and verifies
    */
   async load(): Promise<void> {
-    if (!this.#crl) return;
+    if (!this.#enforced) return;
     try {
-      await this.#read();
+      await this.#enforced.load();
+      this.#serials = new Set([...this.#enforced.serials].map(serialKey));
+      this.#loadedAt = new Date().toISOString();
     } catch (error) {
       throw new BootError([`Cannot read the fleet CA's CRL: ${describeIoError(error)}`]);
     }
@@ -174,10 +179,19 @@ export class Revocations {
 
   /**
    * Looks now: reads the CRL again (keeping the last good one on failure), then tells the
-   * listeners. Looks asked for while one runs share it.
+   * listeners. A look asked for while one runs may follow a change that one read too early: one
+   * more look starts when it ends, shared by every such ask (before, they shared the running look
+   * and a change made during it waited for the timer).
    */
   look(): Promise<void> {
-    if (this.#looking) return this.#looking;
+    if (this.#looking) {
+      const running = this.#looking;
+      this.#next ??= running.then(() => {
+        this.#next = undefined;
+        return this.#stopped ? undefined : this.look();
+      });
+      return this.#next;
+    }
     const looking = this.#lookOnce();
     this.#looking = looking;
     looking.finally(() => {
@@ -189,7 +203,9 @@ export class Revocations {
   async #lookOnce(): Promise<void> {
     const failed = (what: string) => (error: unknown) =>
       `Cannot read the fleet CA's ${what} (keeping the last good one): ${describeIoError(error)}`;
-    const crl = this.#crl ? await this.#read().then(() => undefined, failed("CRL")) : undefined;
+    const crl = this.#enforced
+      ? await this.#read().then(() => undefined, failed("CRL"))
+      : undefined;
     const nodes = await this.#standing?.look().then(() => undefined, failed("nodes"));
     const message = crl ?? nodes;
     if (message !== undefined && message !== this.#lastError) {
@@ -204,6 +220,7 @@ export class Revocations {
   status(): Record<string, unknown> {
     return {
       crl: this.#crl ? this.#crl.file : null,
+      crl_state: this.#enforced?.status() ?? null,
       revoked_certificates: this.#serials.size,
       loaded_at: this.#loadedAt ?? null,
       last_error: this.#lastError ?? null,
@@ -213,15 +230,22 @@ export class Revocations {
     };
   }
 
+  /** The hub's `/metrics` families of revocation (none without the fleet CA). */
+  families(): Family[] {
+    return this.#enforced?.families() ?? [];
+  }
+
   async #read(): Promise<void> {
-    const { file, intermediatePem } = this.#crl!;
-    const read = await readRevoked(file, intermediatePem);
-    const serials = new Set([...read.serials].map(serialKey));
+    await this.#enforced!.read();
+    const serials = new Set([...this.#enforced!.serials].map(serialKey));
     const added = [...serials].filter((serial) => !this.#serials.has(serial));
     if (this.#loadedAt !== undefined && added.length > 0) {
-      this.#log(`portcullis: hub: CRL ${file} revokes ${added.length} more certificates`);
+      this.#log(
+        `portcullis: hub: CRL ${this.#crl!.file} revokes ${added.length} more certificates`,
+      );
     }
     this.#serials = serials;
     this.#loadedAt = new Date().toISOString();
+    await this.#enforced!.keep();
   }
 }

@@ -32,8 +32,10 @@ export interface NodeRecord {
   readonly node_id: string;
   /** When its last poll arrived. */
   last_seen: string;
-  /** The hash it said it had. */
+  /** The hash it said it serves. */
   have: string;
+  /** The hash of a set it said it received but does not serve (pending or refused), or "". */
+  seen: string;
   /** The generation it was last sent (or told is current). */
   served_generation: number;
   /** A poll of it is held right now. */
@@ -103,7 +105,11 @@ export class HubRoutes {
       tls_refused: refusals.count,
       revocation: this.options.revocations.status(),
       doors: this.options.doors?.status() ?? null,
-      nodes: [...this.nodes.values()],
+      // `current`: the node serves the live set (its `have`, never a set it only received).
+      nodes: [...this.nodes.values()].map((node) => ({
+        ...node,
+        current: node.have === feed.live.hash,
+      })),
     };
   }
 
@@ -179,23 +185,36 @@ export class HubRoutes {
    * while it was held.
    */
   async answerPoll(
-    poll: { readonly nodeId: string; readonly have: string; readonly wait?: string },
+    poll: {
+      readonly nodeId: string;
+      readonly have: string;
+      readonly seen?: string;
+      readonly wait?: string;
+    },
     response: ServerResponse,
     held: { readonly requestId: string; readonly auth: AuthResult | undefined },
   ): Promise<Reply | undefined> {
-    const { nodeId, have } = poll;
+    const { nodeId, have, seen = "" } = poll;
     const hold = poll.wait === "0" ? 0 : this.options.config.holdMs;
     const record = this.nodes.get(nodeId) ??
-      { node_id: nodeId, last_seen: "", have: "", served_generation: 0, holding: false, polls: 0 };
+      {
+        node_id: nodeId,
+        last_seen: "",
+        have: "",
+        seen: "",
+        served_generation: 0,
+        holding: false,
+        polls: 0,
+      };
     this.nodes.set(nodeId, record);
-    Object.assign(record, { last_seen: new Date().toISOString(), have, holding: true });
+    Object.assign(record, { last_seen: new Date().toISOString(), have, seen, holding: true });
     record.polls++;
     return await this.#revocable(held.auth, held.requestId, async (revoked) => {
       const gone = new AbortController();
       const onClose = () => gone.abort();
       response.once("close", onClose);
       const signal = AbortSignal.any([gone.signal, this.#stopping.signal, revoked]);
-      const answer = await this.options.feed.answer(have, hold, signal);
+      const answer = await this.options.feed.answer({ have, seen }, hold, signal);
       response.off("close", onClose);
       record.holding = false;
       if (gone.signal.aborted) return undefined;

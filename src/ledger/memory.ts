@@ -68,7 +68,16 @@ export const COUNTER_INDEX = {
   heapExternal: COUNTER_GLOBAL + 12,
   /** Collections this isolate's relays asked for (request/relay_memory.ts). */
   relayCollections: COUNTER_GLOBAL + 13,
-  size: COUNTER_GLOBAL + 14,
+  /**
+   * This isolate's log lines on a stream (0 stdout, 1 stderr; observe/log_outlet.ts): written and
+   * dropped (counters, added to by what changed since the last report, so a replacement worker
+   * counts on from its predecessor), drop episodes, and bytes queued now (a gauge).
+   */
+  logWritten: (stream: number) => COUNTER_GLOBAL + 14 + stream * 4,
+  logDropped: (stream: number) => COUNTER_GLOBAL + 15 + stream * 4,
+  logEpisodes: (stream: number) => COUNTER_GLOBAL + 16 + stream * 4,
+  logQueued: (stream: number) => COUNTER_GLOBAL + 17 + stream * 4,
+  size: COUNTER_GLOBAL + 22,
 } as const;
 
 /** The buffers behind one ledger; hand them to another worker to share the ledger. */

@@ -20,8 +20,14 @@
  * or links to, something outside it — a generation folder swapped for a symlink included — is
  * refused like a changed one, by name.
  *
+ * A follower writes a received set in two steps around the store's offer: {@link stageGeneration}
+ * does every write that needs space (the folder, its manifest, the new pointer under a temporary
+ * name), and {@link commitStaged} only renames. So a full or read-only disk refuses the set before
+ * it goes live, never after (issue 32): what the edge serves is always what a restart would read.
+ *
  * The manifest — its format, writing it, and reading a folder back against it — is in
- * `cache_manifest.ts`; this module keeps the pointer and the generations' lifecycle.
+ * `cache_manifest.ts`; what a failed write says and leaves is in `cache_faults.ts`; this module
+ * keeps the pointer and the generations' lifecycle.
  *
  * @module
  */
@@ -37,6 +43,7 @@ import {
   whyNot,
   writeManifest,
 } from "./cache_manifest.ts";
+import { CacheWriteError } from "./cache_faults.ts";
 
 /** What `current.json` records. */
 export interface CachedGeneration {
@@ -135,21 +142,82 @@ async function verifyPointed(cacheDir: string): Promise<CacheCheck> {
 
 /**
  * Writes a file set into a new generation folder of the cache (`gen-<n>`, one past the highest
- * there), with its manifest. The folder is not live until {@link commitCache} points at it.
+ * there), with its manifest. The folder is not live until {@link commitCache} points at it. A
+ * write that fails removes its staging folder.
  *
  * @returns the folder
+ * @throws {CacheWriteError} when the folder cannot be written (a full or read-only disk)
  */
 export async function stageCache(cacheDir: string, files: FileSet): Promise<string> {
-  await Deno.mkdir(cacheDir, { recursive: true });
-  const numbers = await generationFolders(cacheDir);
-  const generation = Math.max(0, ...numbers) + 1;
-  const name = `gen-${generation}`;
-  const staging = join(cacheDir, `.staging-${name}-${crypto.randomUUID()}`);
-  await writeFileSet(staging, files);
-  await writeManifest(staging, generation, files);
-  const folder = join(cacheDir, name);
-  await Deno.rename(staging, folder);
-  return folder;
+  let staging: string | undefined;
+  try {
+    await Deno.mkdir(cacheDir, { recursive: true });
+    const numbers = await generationFolders(cacheDir);
+    const generation = Math.max(0, ...numbers) + 1;
+    const name = `gen-${generation}`;
+    staging = join(cacheDir, `.staging-${name}-${crypto.randomUUID()}`);
+    await writeFileSet(staging, files);
+    await writeManifest(staging, generation, files);
+    const folder = join(cacheDir, name);
+    await Deno.rename(staging, folder);
+    return folder;
+  } catch (error) {
+    if (staging) await removeQuietly(staging);
+    throw new CacheWriteError(cacheDir, "stage a generation", error);
+  }
+}
+
+/** A generation written and its pointer ready: only a rename is left to make it the cache's. */
+export interface StagedGeneration {
+  readonly folder: string;
+  /** The new `current.json`, under a temporary name beside it. */
+  readonly pointer: string;
+  readonly generation: number;
+}
+
+/**
+ * Stages a set and writes the pointer that will name it, so every write that needs space is done
+ * before the set is offered: once the store has taken it, making it the cache's is one rename
+ * ({@link commitStaged}), which needs none. Discard it with {@link discardStaged} when the store
+ * refuses the set.
+ *
+ * @param hash the set's hash, which the pointer records
+ * @throws {CacheWriteError} when the folder or the pointer cannot be written (both are removed)
+ */
+export async function stageGeneration(
+  cacheDir: string,
+  files: FileSet,
+  hash: string,
+): Promise<StagedGeneration> {
+  const folder = await stageCache(cacheDir, files);
+  try {
+    return { folder, ...await writePointer(cacheDir, folder, hash) };
+  } catch (error) {
+    await removeQuietly(folder);
+    throw error;
+  }
+}
+
+/**
+ * Makes a staged generation the cache's (the pointer is renamed over `current.json`), then removes
+ * every generation folder but this one and the one before it.
+ *
+ * @throws {CacheWriteError} when the rename fails (the disk went read-only meanwhile)
+ */
+export async function commitStaged(cacheDir: string, staged: StagedGeneration): Promise<void> {
+  try {
+    await Deno.rename(staged.pointer, join(cacheDir, POINTER));
+  } catch (error) {
+    await removeQuietly(staged.pointer);
+    throw new CacheWriteError(cacheDir, `replace ${POINTER}`, error);
+  }
+  await prune(cacheDir, staged.generation);
+}
+
+/** Removes a staged generation the store refused: its folder and its pointer. */
+export async function discardStaged(staged: StagedGeneration): Promise<void> {
+  await removeQuietly(staged.pointer);
+  await removeQuietly(staged.folder);
 }
 
 /**
@@ -158,15 +226,33 @@ export async function stageCache(cacheDir: string, files: FileSet): Promise<stri
  *
  * @param hash the set {@link stageCache} wrote there (its manifest's); the pointer records it
  * @throws {RangeError} when `folder` is not a generation folder
+ * @throws {CacheWriteError} when the pointer cannot be written or renamed
  */
 export async function commitCache(cacheDir: string, folder: string, hash: string): Promise<void> {
+  await commitStaged(cacheDir, { folder, ...await writePointer(cacheDir, folder, hash) });
+}
+
+/** Writes the pointer that names `folder` under a temporary name; removed again on failure. */
+async function writePointer(
+  cacheDir: string,
+  folder: string,
+  hash: string,
+): Promise<{ pointer: string; generation: number }> {
   const name = basename(folder);
   const generation = Number(/^gen-(\d+)$/.exec(name)?.[1]);
   if (!Number.isSafeInteger(generation)) throw new RangeError(`Not a cache folder: "${folder}"`);
   const pointer = join(cacheDir, `.${POINTER}.${crypto.randomUUID()}`);
-  await Deno.writeTextFile(pointer, JSON.stringify({ generation, hash, folder: name }) + "\n");
-  await Deno.rename(pointer, join(cacheDir, POINTER));
-  await prune(cacheDir, generation);
+  try {
+    await Deno.writeTextFile(pointer, JSON.stringify({ generation, hash, folder: name }) + "\n");
+  } catch (error) {
+    await removeQuietly(pointer);
+    throw new CacheWriteError(cacheDir, `write ${POINTER}`, error);
+  }
+  return { pointer, generation };
+}
+
+function removeQuietly(path: string): Promise<void> {
+  return Deno.remove(path, { recursive: true }).catch(() => {});
 }
 
 /** The pointer, or what is wrong with it (never its text). */

@@ -6,21 +6,24 @@
  * node makes a fresh ECDSA key and writes it to `<key_file>.new` (mode 0600) *before* it presents
  * the secret with a request naming only its node id, then writes the certificate chain it gets
  * back to `<cert_file>.new` and renames both into place, key then certificate, and only then
- * removes the secret. The secret is spent on the hub at the first right answer; because the key is
- * already on disk, a registration whose answer was lost (a timeout, a crash, a file it could not
- * write) asks again with the same key and secret and gets the same certificate while the hub's
- * `ca.registration_retry_seconds` last (hub/enrolment.ts). A key that cannot be written fails
- * before the secret is spent (issue 31: a door's flags lacked `<key>.new`, and its first attempt
- * spent the secret). A refusal (403) is one answer whatever the cause — the hub's log says which
+ * removes the secret. Before any of it, every boot completes a pair a crash left half written and
+ * removes a secret the certificate in place was issued for (node_pair.ts: every crash point of a
+ * registration or a renewal leaves a node that starts). The secret is spent on the hub at the
+ * first right answer; because the key is already on disk, a registration whose answer was lost (a
+ * timeout, a crash, a file it could not write) asks again with the same key and secret and gets
+ * the same certificate while the hub's `ca.registration_retry_seconds` last (hub/enrolment.ts).
+ * A key that cannot be written fails before the secret is spent (issue 31: a door's flags lacked
+ * `<key>.new`, and its first attempt spent the secret). A refusal (403) is one answer whatever the cause — the hub's log says which
  * — and drops the waiting key, so the next secret registers a fresh one.
  *
  * Renewal runs on a timer while the node serves: when the certificate has fewer than
  * `renew_before_days` left, a new key and request go to `POST /v1/nodes/renew`, authenticated by
- * the certificate still valid; the new pair is written beside the old one (`<file>.new`) and
- * renamed over it, key then certificate, so the old pair stays whole until both new files are on
- * disk. A hub that says `renewal_too_early` (429, its `ca.renew_before_days` or
- * `ca.renew_interval_seconds`) is believed: the node keeps its certificate and asks again after
- * the Retry-After it gave, not before.
+ * the certificate still valid; the new pair is written beside the old one (`<file>.new`, synced)
+ * and renamed over it, key then certificate, so the old pair stays whole until both new files are
+ * on disk, and a crash between the renames is completed at the next boot (node_pair.ts). A hub
+ * that says `renewal_too_early` (429, its `ca.renew_before_days` or `ca.renew_interval_seconds`)
+ * is believed: the node keeps its certificate and asks again after the Retry-After it gave, not
+ * before.
  *
  * @module
  */
@@ -32,6 +35,7 @@ import { certificateNotAfter } from "../trust/ca.ts";
 import { csrForKey, makeNodeKeyAndCsr } from "../trust/csr.ts";
 import { readNodeSecretFile } from "../trust/node_secrets.ts";
 import { HubRefusal, readAnswerError } from "./hub_answer.ts";
+import { dropSpentSecret, settlePair, writeNewFile, writePair } from "./node_pair.ts";
 
 const PEM = { maxBytes: 1 << 20 } as const;
 
@@ -50,7 +54,8 @@ export interface EnrolOptions {
 }
 
 /**
- * Registers the node when it has no certificate yet and a secret to register with.
+ * Completes a pair a crash left half written, then registers the node when it has no certificate
+ * yet and a secret to register with.
  *
  * @returns "present" when `cert_file` exists, "registered" when it was just made, "none" when
  *   there is neither a certificate nor a secret (the credential check reports that)
@@ -60,7 +65,11 @@ export async function ensureNodeCertificate(
   options: EnrolOptions,
 ): Promise<"present" | "registered" | "none"> {
   const { nodeId, nodeType, hub, log } = options;
-  if (await exists(hub.certFile)) return "present";
+  await settlePair({ nodeId, files: hub, log });
+  if (await exists(hub.certFile)) {
+    await dropSpentSecret({ nodeId, files: hub, log });
+    return "present";
+  }
   if (!hub.secretFile || !await exists(hub.secretFile)) return "none";
   const secret = await readNodeSecretFile(hub.secretFile);
   if (secret.nodeId !== nodeId) {
@@ -82,7 +91,7 @@ export async function ensureNodeCertificate(
     throw error;
   }
   const chain = checkedChain(answer, nodeId, "registration");
-  await replacePair(hub, keyPem, chain);
+  await writePair(hub, keyPem, chain);
   await Deno.remove(hub.secretFile).catch(() => {});
   log(
     `portcullis: registered with the hub as ${nodeType} ${nodeId}: certificate ${hub.certFile} ` +
@@ -108,8 +117,7 @@ async function waitingKey(
     } catch { /* not a key of ours: made afresh below */ }
   }
   const made = await makeNodeKeyAndCsr(nodeId);
-  await Deno.remove(waiting).catch(() => {});
-  await Deno.writeTextFile(waiting, made.keyPem, { mode: 0o600, createNew: true });
+  await writeNewFile(waiting, made.keyPem);
   return made;
 }
 
@@ -158,7 +166,7 @@ export async function renewIfDue(
     client.close();
   }
   const chain = checkedChain(answer, nodeId, "renewal");
-  await replacePair(tls, keyPem, chain);
+  await writePair(tls, keyPem, chain);
   log(
     `portcullis: certificate renewed (it had ${Math.max(0, Math.floor(left / 86_400_000))} days ` +
       `left): ${tls.certFile} until ${certificateNotAfter(chain).toISOString()}`,
@@ -302,26 +310,6 @@ function checkedChain(answer: Record<string, unknown>, nodeId: string, what: str
     throw new Error(`The hub's ${what} answer does not hold a certificate for node "${nodeId}"`);
   }
   return chain;
-}
-
-/**
- * Writes a new key and certificate beside the files they replace (`<file>.new`, mode 0600, made
- * afresh; a key a registration wrote there already is kept), then renames them into place, key
- * then certificate: the names are fixed so the node's write grants can name them exactly
- * (src/boot/flags.ts), and the old pair stays whole until both new files are on disk.
- */
-async function replacePair(
-  files: { readonly keyFile: string; readonly certFile: string },
-  keyPem: string,
-  chainPem: string,
-): Promise<void> {
-  for (const [file, text] of [[files.keyFile, keyPem], [files.certFile, chainPem]]) {
-    if (await Deno.readTextFile(`${file}.new`).then((t) => t === text, () => false)) continue;
-    await Deno.remove(`${file}.new`).catch(() => {});
-    await Deno.writeTextFile(`${file}.new`, text, { mode: 0o600, createNew: true });
-  }
-  await Deno.rename(`${files.keyFile}.new`, files.keyFile);
-  await Deno.rename(`${files.certFile}.new`, files.certFile);
 }
 
 async function exists(path: string): Promise<boolean> {

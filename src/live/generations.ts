@@ -68,7 +68,12 @@ export type OfferOutcome =
   /** `recovered`: this good set follows a rejection (the bad file was fixed or removed). */
   | { readonly outcome: "loaded"; readonly generation: Generation; readonly recovered?: boolean }
   | { readonly outcome: "unchanged"; readonly generation: Generation; readonly recovered?: boolean }
-  | { readonly outcome: "rejected"; readonly rejection: Rejection };
+  | { readonly outcome: "rejected"; readonly rejection: Rejection }
+  /**
+   * `pending` (a hub follower only): the set is valid so far but could not be written to the
+   * cache; `generation`, the live one, stays, and the set is tried again (followed_sets.ts).
+   */
+  | { readonly outcome: "pending"; readonly generation: Generation };
 
 /**
  * A file set to offer.

@@ -1,6 +1,6 @@
 /**
  * The edge's side of the hub's config stream, one poll at a time: ask for the set after the one
- * held (`have`), read the answer — a snapshot, a delta against `have`, or `current` — rebuild the
+ * served (`have`; `seen` names one received but not served), read the answer — a snapshot, a delta against `have`, or `current` — rebuild the
  * file set it describes and check it against the hash the hub sent, and say in a line what went
  * wrong when a poll fails. What to do with a received set (offer it, cache it, back off) is the
  * follower's (`hub_client.ts`); this module holds no state.
@@ -43,8 +43,13 @@ export interface Answer {
 export interface AskOptions {
   readonly hub: HubClientConfig;
   readonly nodeId: string;
-  /** The hash of the set held, or "" for none (the hub then answers with a snapshot). */
+  /** The hash of the set served, or "" for none (the hub then answers with a snapshot). */
   readonly have: string;
+  /**
+   * The hash of a set received but not served (waiting for the cache, or refused), or "": the hub
+   * holds the poll while that is its live set, as it does for `have`, and then answers `current`.
+   */
+  readonly seen?: string;
   /** Let the hub hold the poll until the set changes (false answers at once). */
   readonly wait: boolean;
   /** The mutual-TLS client (from {@link hubHttpClient}), or none; asked after the token is read. */
@@ -60,10 +65,11 @@ export interface AskOptions {
  * @throws Error when the hub answers with a status other than 200, or the request fails
  */
 export async function askHub(options: AskOptions): Promise<Answer> {
-  const { hub, nodeId, have, wait, client, signal } = options;
+  const { hub, nodeId, have, seen, wait, client, signal } = options;
   const url = new URL("/v1/config/stream", hub.url);
   url.searchParams.set("node_id", nodeId);
   url.searchParams.set("have", have);
+  if (seen) url.searchParams.set("seen", seen);
   if (!wait) url.searchParams.set("wait", "0");
   const headers: Record<string, string> = { accept: "application/json" };
   if (hub.tokenFile) {

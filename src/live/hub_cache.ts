@@ -11,8 +11,16 @@
  *
  * @module
  */
-import { type CacheCheck, commitCache, stageCache, verifyCache } from "./cache.ts";
+import {
+  type CacheCheck,
+  commitCache,
+  commitStaged,
+  stageCache,
+  type StagedGeneration,
+  verifyCache,
+} from "./cache.ts";
 import type { FileSet } from "../config/file_set.ts";
+import { short } from "./cache_manifest.ts";
 import { type Base, describeHubFailure } from "./hub_answer.ts";
 
 /** What the edge last found in, or wrote to, its cache. */
@@ -77,10 +85,33 @@ export class FollowedCache {
       : undefined;
   }
 
-  /** Writes a set to a new cache folder (or commits one staged) and points the cache at it. */
-  async write(files: FileSet, hash: string, folder?: string): Promise<void> {
-    await commitCache(this.#dir, folder ?? await stageCache(this.#dir, files), hash);
+  /**
+   * Writes a set to a new cache folder and points the cache at it.
+   *
+   * @throws {CacheWriteError} when the folder or the pointer cannot be written
+   */
+  async write(files: FileSet, hash: string): Promise<void> {
+    await commitCache(this.#dir, await stageCache(this.#dir, files), hash);
     this.#note = { state: "written", at: new Date().toISOString(), hash };
+  }
+
+  /**
+   * Makes a staged generation (a set the store has taken) the cache's.
+   *
+   * @throws {CacheWriteError} when the pointer cannot be renamed; the note then says the cache is
+   *   refused (it names another set than the live one), so the follower rewrites it
+   */
+  async commit(staged: StagedGeneration, hash: string): Promise<void> {
+    const at = new Date().toISOString();
+    try {
+      await commitStaged(this.#dir, staged);
+    } catch (error) {
+      const why = describeHubFailure(error);
+      this.#lastRefused = { at, reason: `set ${short(hash)} is live, but: ${why}` };
+      this.#note = { state: "refused", ...this.#lastRefused };
+      throw error;
+    }
+    this.#note = { state: "written", at, hash };
   }
 
   /** What the cache last held, and the last refusal, for `status().cache`; null before a check. */

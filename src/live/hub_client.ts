@@ -1,10 +1,18 @@
 /**
- * Remote mode: an edge follows its hub's config stream. It asks with the hash of the last set it
- * received; the hub answers with a snapshot, a delta against that set, or `current` after a hold.
- * A received set is rebuilt, checked against the hash the hub sent, written to a fresh cache folder
- * and offered to the store; only a set the store accepts becomes the cache's live generation. On
- * any failure the live generation stays and the edge asks again after a backoff that doubles from
- * `backoff_initial_ms` up to `backoff_max_ms` (30 s by default), with jitter.
+ * Remote mode: an edge follows its hub's config stream. It asks with the hash of the set it serves
+ * (`have`) and of one it received but does not serve (`seen`); the hub answers with a snapshot, a
+ * delta against `have`, or `current` after a hold. A received set is rebuilt, checked against the
+ * hash the hub sent, staged in a fresh cache folder and offered to the store; only a set the store
+ * accepts becomes the cache's live generation and the served set. On a failed poll the live
+ * generation stays and the edge asks again after a backoff that doubles from `backoff_initial_ms`
+ * up to `backoff_max_ms` (30 s by default), with jitter.
+ *
+ * A set the cache folder cannot take (full, read-only) is no failed poll: it waits, pending, and is
+ * tried again from memory on the same backoff until it is applied (followed_sets.ts, which says why
+ * the old set is served meanwhile). While it waits, polls are not held — each try is followed by one
+ * poll, answered at once, so a newer set, a hub gone back, or a revocation is seen — and `status()`
+ * shows the set, the error and the tries. Staging leftovers are removed at start and after every
+ * failed write (cache_faults.ts).
  *
  * The cache is verified before its hash is sent (see `cache.ts`): at start, and before every
  * attempt after a failure, since the cache may have changed while the hub was away. A refused cache
@@ -13,32 +21,28 @@
  * A snapshot equal to the live set then rewrites the cache (a new folder, then the pointer).
  *
  * The wire side of a poll — asking, reading the answer, rebuilding and checking the set — is in
- * `hub_answer.ts`, and the cache checks and writes with what they found in `hub_cache.ts`; this
- * module holds the follower's loop, its connection state, and what it does with each answer.
+ * `hub_answer.ts`, the cache checks and writes in `hub_cache.ts`, and the served, pending and
+ * refused sets in `followed_sets.ts`; this module holds the follower's loop, its connection state,
+ * and what it does with each answer.
  *
  * @module
  */
-import { stageCache } from "./cache.ts";
-import { runtimeTextsOf } from "../config/file_set.ts";
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import type { HubClientConfig } from "../config/load.ts";
-import {
-  type Answer,
-  askHub,
-  type Base,
-  describeHubFailure,
-  hubHttpClient,
-  HubRefusal,
-  receiveSet,
-} from "./hub_answer.ts";
+import { type Answer, askHub, type Base, HubRefusal, receiveSet } from "./hub_answer.ts";
+import { HubLink } from "./hub_link.ts";
 import type { CertificateRenewal } from "./enrol.ts";
 import { FollowedCache } from "./hub_cache.ts";
-import { reportOutcome } from "./runtime_watch.ts";
+import { FollowedSets, type Taken } from "./followed_sets.ts";
+import { CacheWriteError, cleanStaging } from "./cache_faults.ts";
 import { backoffDelay, sleep } from "./backoff.ts";
 
 /** A running follower. */
 export interface HubFollower {
-  /** Asks the hub now (without a hold) and applies the answer; rejects when the hub is away. */
+  /**
+   * Asks the hub now (without a hold) and applies the answer, after trying a pending set again;
+   * rejects when the hub is away.
+   */
   pollNow(): Promise<OfferOutcome>;
   /** The connection's state, for `/v1/config`. */
   status(): Record<string, unknown>;
@@ -82,31 +86,29 @@ interface Urgent {
 }
 
 /**
- * One edge following its hub. Its fields are the connection's state (shown by `status()`); its
- * steps, top to bottom: verify the cache, then poll (held, or at once for a waiting caller), apply
- * the answer, and after a failure back off and verify the cache again.
+ * One edge following its hub. Its steps, top to bottom: clean and verify the cache, then poll
+ * (held, or at once for a waiting caller or while a set is pending), apply the answer, try a
+ * pending set again when due, and after a failure back off and verify the cache again.
  */
 class Follower implements HubFollower {
   readonly #store: ConfigStore;
   readonly #options: FollowOptions;
   readonly #random: () => number;
-  /** The received set the next poll is keyed by; none asks for a snapshot. */
-  #base: Base | undefined;
+  /** The connection: answered or not, failures, backoff, the HTTP client. */
+  readonly #link: HubLink;
+  readonly #cache: FollowedCache;
+  /** The served set (the next poll's `have`), and a set pending or refused (its `seen`). */
+  readonly #sets: FollowedSets;
   #stopped = false;
-  #failures = 0;
-  #connected = false;
-  #lastError: { at: string; message: string } | undefined;
-  #lastContact: string | undefined;
-  #hubNote: Record<string, unknown> | undefined;
-  #hubGeneration: number | undefined;
-  #retryAt: number | undefined;
-  #client: Deno.HttpClient | undefined;
-  /** Aborts the poll in flight, or the backoff sleep after it. */
+  /** Aborts the poll in flight, or the sleep after it. */
   #current: AbortController | undefined;
   /** The poll in flight is a held one. */
   #holding = false;
+  /** Sleeping (a backoff, a pending set's wait, a pause after a repeat): `pollNow()` cuts it. */
+  #resting = false;
+  /** Answers in a row that repeated a set already seen (a hub that does not read `seen`). */
+  #repeats = 0;
   #urgent: Urgent[] = [];
-  readonly #cache: FollowedCache;
   #revoked: { at: string; reason: string } | undefined;
   #onRevoked: ((reason: string) => void) | undefined;
 
@@ -115,19 +117,26 @@ class Follower implements HubFollower {
    * @param options the hub, node id, cache folder, log and jitter source
    */
   constructor(store: ConfigStore, options: FollowOptions) {
+    const { hub, cacheDir, log } = options;
     this.#store = store;
     this.#options = options;
     this.#random = options.random ?? Math.random;
-    this.#cache = new FollowedCache(options.cacheDir, options.log);
+    this.#link = new HubLink(hub, log, this.#random);
+    this.#cache = new FollowedCache(cacheDir, log);
+    this.#sets = new FollowedSets({
+      store,
+      cache: this.#cache,
+      cacheDir,
+      hub,
+      log,
+      random: this.#random,
+    });
   }
 
   /** Starts the poll loop (it runs until {@link stop}) and the renewal checks. */
   start(): void {
     this.#run();
-    this.#options.renewal?.start(() => {
-      this.#client?.close();
-      this.#client = undefined;
-    });
+    this.#options.renewal?.start(() => this.#link.close());
   }
 
   whenRevoked(callback: (reason: string) => void): void {
@@ -135,32 +144,25 @@ class Follower implements HubFollower {
     if (this.#revoked) callback(this.#revoked.reason);
   }
 
-  /** Asks now: cuts a held poll or a backoff short, and waits for the answer the loop gets. */
+  /** Asks now: cuts a held poll or a sleep short, and waits for the answer the loop gets. */
   pollNow(): Promise<OfferOutcome> {
     if (this.#stopped) return Promise.reject(new Error("The edge stopped following the hub"));
     return new Promise<OfferOutcome>((resolve, reject) => {
       this.#urgent.push({ resolve, reject });
-      if (this.#holding || this.#retryAt !== undefined) this.#current?.abort();
+      if (this.#holding || this.#resting) this.#current?.abort();
     });
   }
 
   /** The connection's state, for `/v1/config`. */
   status(): Record<string, unknown> {
-    const { hub } = this.#options;
     return {
-      url: hub.url,
-      auth: hub.tls ? "mutual TLS" : "token",
-      connected: this.#connected,
-      last_contact: this.#lastContact ?? null,
-      last_error: this.#lastError ?? null,
-      failures: this.#failures,
+      ...this.#link.status(),
       revoked: this.#revoked ?? null,
       renewal: this.#options.renewal?.status() ?? null,
-      retry_at: this.#retryAt === undefined ? null : new Date(this.#retryAt).toISOString(),
-      received_hash: this.#base?.hash ?? null,
+      received_hash: this.#sets.served?.hash ?? null,
+      ...this.#sets.status(),
       cache: this.#cache.status(),
-      hub_generation: this.#hubGeneration ?? null,
-      hub: this.#hubNote ?? null,
+      ...this.#link.hubStatus(),
     };
   }
 
@@ -171,35 +173,84 @@ class Follower implements HubFollower {
     this.#current?.abort();
   }
 
-  /** The loop: polls until stopped, then closes the HTTP client and fails any waiting caller. */
+  /**
+   * The loop: polls (and tries a pending set) until stopped, then closes the HTTP client and fails
+   * any waiting caller.
+   */
   async #run(): Promise<void> {
-    this.#base = await this.#cache.check(this.#store.current.hash, true);
+    await this.#clean("at start");
+    const sets = this.#sets;
+    sets.served = await this.#cache.check(this.#store.current.hash, true);
     while (!this.#stopped) {
       // The cache may have changed while the hub was away: check it before its hash is sent.
-      if (this.#failures > 0 && this.#base) {
-        this.#base = await this.#cache.check(this.#store.current.hash, false, this.#base);
+      if (this.#link.failures > 0 && sets.served) {
+        sets.served = await this.#cache.check(this.#store.current.hash, false, sets.served);
       }
       if (this.#stopped) break;
       await this.#pollOnce();
+      if (sets.pending && !this.#stopped) await this.#retryPending();
     }
-    this.#client?.close();
+    this.#link.close();
     this.#settleUrgent(new Error("The edge stopped following the hub"));
   }
 
+  /** Removes staging leftovers from the cache folder, saying so when there were any. */
+  async #clean(when: string): Promise<void> {
+    const { cacheDir, log } = this.#options;
+    const removed = await cleanStaging(cacheDir);
+    if (removed.length > 0) {
+      log(`portcullis: cache ${cacheDir}: removed ${removed.length} staging leftovers ${when}`);
+    }
+  }
+
   /**
-   * One poll: held unless a caller waits, whose answer is applied; after a failure, a backoff. A
-   * held poll cut short for a waiting caller is no failure: the loop asks again at once.
+   * Waits for the pending set's next try (`pollNow()` cuts it short), then tries it from memory:
+   * the hub need not be reachable. A set that went live but whose pointer could not be renamed is
+   * a failure: the check after it finds the cache stale and the next snapshot rewrites it.
+   */
+  async #retryPending(): Promise<void> {
+    await this.#rest(this.#sets.dueIn());
+    if (this.#stopped) return;
+    const url = this.#options.hub.url;
+    try {
+      const outcome = await this.#sets.retry((generation) =>
+        `hub ${url} (hub generation ${generation})`
+      );
+      // A caller of `pollNow()` hears that the set it waited for went live.
+      if (outcome?.outcome === "loaded") this.#settleUrgent(outcome);
+    } catch (error) {
+      await this.#backOff(error);
+    }
+  }
+
+  /** Sleeps `ms`, cut short by `pollNow()` or `stop()`. */
+  async #rest(ms: number): Promise<void> {
+    const current = this.#current = new AbortController();
+    this.#resting = true;
+    await sleep(ms, current.signal);
+    this.#resting = false;
+  }
+
+  /**
+   * One poll: held unless a caller waits or a set is pending; its answer is applied; after a
+   * failure, a backoff. A held poll cut short for a waiting caller is no failure: the loop asks
+   * again at once.
    */
   async #pollOnce(): Promise<void> {
     const current = this.#current = new AbortController();
-    const wait = this.#urgent.length === 0;
+    const wait = this.#urgent.length === 0 && !this.#sets.pending;
     this.#holding = wait;
     try {
       const answer = await this.#request(wait, current.signal);
       this.#holding = false;
-      this.#noteContact();
+      this.#link.answered(answer);
       const outcome = await this.#apply(answer);
-      if (!wait) this.#settleUrgent(outcome);
+      if (!wait) this.#settleUrgent(this.#sets.pending ? pendingOutcome(outcome) : outcome);
+      // A hub that does not read `seen` answers a held poll at once with the set seen: pace it.
+      this.#repeats = outcome.repeat && wait ? this.#repeats + 1 : 0;
+      if (this.#repeats > 0) {
+        await this.#rest(backoffDelay(this.#options.hub, this.#repeats, this.#random));
+      }
     } catch (error) {
       this.#holding = false;
       if (this.#stopped) return;
@@ -207,14 +258,14 @@ class Follower implements HubFollower {
         return this.#revoke(error.message);
       }
       if (current.signal.aborted && this.#urgent.length > 0 && wait) return;
-      await this.#backOff(error, current.signal);
+      await this.#backOff(error);
     }
   }
 
   /** The hub says this node is revoked: stop asking, and tell whoever stops the edge. */
   #revoke(message: string): void {
     this.#revoked = { at: new Date().toISOString(), reason: message };
-    this.#connected = false;
+    this.#link.lost();
     this.#options.log(
       `portcullis: hub ${this.#options.hub.url}: this node is revoked (${message})`,
     );
@@ -222,101 +273,50 @@ class Follower implements HubFollower {
     this.#onRevoked?.(message);
   }
 
-  /** The hub answered: logs a reconnection, clears the failure count and the retry time. */
-  #noteContact(): void {
-    const { hub, log } = this.#options;
-    if (!this.#connected) log(`portcullis: hub ${hub.url} connected`);
-    this.#connected = true;
-    this.#failures = 0;
-    this.#retryAt = undefined;
-    this.#lastContact = new Date().toISOString();
-  }
-
   /**
-   * After a failed poll: logs it (once an outage), fails waiting callers, drops the HTTP client, and
-   * sleeps the backoff — cut short by `pollNow()` or `stop()` through `signal`.
+   * After a failure (the hub's, or the disk's after a set went live): logs it, cleans what a failed
+   * write left, fails waiting callers, and sleeps the backoff — cut short by `pollNow()` or `stop()`.
    */
-  async #backOff(error: unknown, signal: AbortSignal): Promise<void> {
-    const { hub, log } = this.#options;
-    const message = describeHubFailure(error);
-    if (this.#connected || this.#failures === 0) {
-      log(`portcullis: hub ${hub.url}: ${message}; retrying`);
-    }
-    this.#connected = false;
-    this.#lastError = { at: new Date().toISOString(), message };
-    this.#failures++;
-    this.#client?.close();
-    this.#client = undefined;
-    this.#settleUrgent(new Error(`The hub could not be reached: ${message}`));
-    const delay = backoffDelay(hub, this.#failures, this.#random);
-    this.#retryAt = Date.now() + delay;
-    await sleep(delay, signal);
+  async #backOff(error: unknown): Promise<void> {
+    const disk = error instanceof CacheWriteError;
+    if (disk) await this.#clean("after a failed write");
+    const { message, delay } = this.#link.failed(error);
+    this.#settleUrgent(new Error(disk ? message : `The hub could not be reached: ${message}`));
+    await this.#rest(delay);
   }
 
-  /** Asks the hub for the set after the base (held unless `wait` is false), within the poll timeout. */
+  /** Asks the hub for the set after the served one (held if `wait`), within the poll timeout. */
   #request(wait: boolean, signal: AbortSignal): Promise<Answer> {
     const { hub, nodeId } = this.#options;
-    const have = this.#base?.hash ?? "";
-    return askHub({ hub, nodeId, have, wait, client: () => this.#httpClient(), signal });
-  }
-
-  /** The mutual-TLS client, made from the credential files on first use after each failure. */
-  async #httpClient(): Promise<Deno.HttpClient | undefined> {
-    const { tls } = this.#options.hub;
-    if (tls && !this.#client) this.#client = await hubHttpClient(tls);
-    return this.#client;
+    const { have, seen } = this.#sets;
+    return askHub({ hub, nodeId, have, seen, wait, client: () => this.#link.client(), signal });
   }
 
   /**
-   * Applies an answer: `current` for the base changes nothing; otherwise the received set becomes
-   * the base, and is offered to the store unless it is the live set already.
+   * Applies an answer: `current` for a set this node serves or has seen changes nothing; otherwise
+   * the set it describes is rebuilt and taken (followed_sets.ts).
    */
-  async #apply(answer: Answer): Promise<OfferOutcome> {
-    this.#hubNote = answer.hub;
-    this.#hubGeneration = answer.generation;
-    if (answer.type === "current" && answer.hash === this.#base?.hash) {
+  async #apply(answer: Answer): Promise<Taken> {
+    if (answer.type === "current" && this.#sets.current(answer.hash)) {
       return { outcome: "unchanged", generation: this.#store.current };
     }
     const received = await this.#receive(answer);
-    if (received.hash !== this.#store.current.hash) return await this.#offer(received, answer);
-    if (this.#cache.refused) {
-      const { cacheDir, log } = this.#options;
-      await this.#cache.write(received.files, received.hash);
-      log(
-        `portcullis: cache ${cacheDir} rewritten with the hub's set ${received.hash.slice(0, 12)}`,
-      );
-    }
-    return { outcome: "unchanged", generation: this.#store.current };
+    const origin = `hub ${this.#options.hub.url} (hub generation ${answer.generation})`;
+    return await this.#sets.take(received, answer.generation, origin);
   }
 
   /**
-   * Rebuilds the set an answer describes and checks it against the hash the hub sent; it becomes
-   * the base. On failure there is no base: the next poll asks for a snapshot.
+   * Rebuilds the set an answer describes (a delta against the served set) and checks it against
+   * the hash the hub sent. On failure there is no served set to build on: the next poll asks for a
+   * snapshot.
    */
   async #receive(answer: Answer): Promise<Base> {
     try {
-      this.#base = await receiveSet(answer, this.#base);
+      return await receiveSet(answer, this.#sets.served);
     } catch (error) {
-      this.#base = undefined;
+      this.#sets.served = undefined;
       throw error;
     }
-    return this.#base;
-  }
-
-  /** Offers a received set from a staged cache folder, which becomes the cache only if loaded. */
-  async #offer(received: Base, answer: Answer): Promise<OfferOutcome> {
-    const { hub, cacheDir, log } = this.#options;
-    const { files, hash } = received;
-    const folder = await stageCache(cacheDir, files);
-    const outcome = reportOutcome(
-      await this.#store.offer({ dir: folder, texts: runtimeTextsOf(files), source: "hub", hash }),
-      this.#store,
-      `hub ${hub.url} (hub generation ${answer.generation})`,
-      log,
-    );
-    if (outcome.outcome === "loaded") await this.#cache.write(files, hash, folder);
-    else await Deno.remove(folder, { recursive: true }).catch(() => {});
-    return outcome;
   }
 
   /** Answers every waiting `pollNow()` caller with an outcome or an error. */
@@ -325,4 +325,10 @@ class Follower implements HubFollower {
     this.#urgent = [];
     for (const w of waiting) result instanceof Error ? w.reject(result) : w.resolve(result);
   }
+}
+
+/** What a caller of `pollNow()` hears while a set still waits: `pending`, the live generation. */
+function pendingOutcome(outcome: OfferOutcome): OfferOutcome {
+  if (outcome.outcome === "rejected" || outcome.outcome === "loaded") return outcome;
+  return { outcome: "pending", generation: outcome.generation };
 }

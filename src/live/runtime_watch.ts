@@ -395,7 +395,7 @@ export function reportOutcome(
         `(${g.registry.tenants.length} tenants, ${g.hash.slice(0, 12)})`,
     );
   }
-  if (outcome.outcome !== "rejected" && outcome.recovered) {
+  if ((outcome.outcome === "loaded" || outcome.outcome === "unchanged") && outcome.recovered) {
     const g = outcome.generation;
     log(
       `portcullis: config accepted, generation ${g.number}: ${origin} is valid again ` +

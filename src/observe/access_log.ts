@@ -8,11 +8,13 @@
  * never carries a terminal escape or a forged line break. Sampling thins successful traffic only: a request
  * answered 5xx, withheld (status 0) or carrying an `outcome` (an overload kind, a policy phase, a
  * failure kind) is always written, so errors are never sampled away. Operation paths are not
- * logged at all: see {@link shouldLog}. Logging never throws into the request path; a failed
- * write is counted. Diagnostics (stderr) are diag.ts.
+ * logged at all: see {@link shouldLog}. Logging never throws into the request path, nor waits: lines
+ * leave through the isolate's stdout outlet (log_outlet.ts), which drops and counts what a stalled
+ * reader does not take. Diagnostics (stderr) are diag.ts.
  *
  * @module
  */
+import { standardOutlets } from "./log_outlet.ts";
 
 /** One access-log record; the line's keys appear in this order. */
 export interface AccessEntry {
@@ -233,20 +235,13 @@ function formatEntry(entry: AccessEntry): string {
   });
 }
 
-/** A writer of newline-terminated lines to stdout. */
+/**
+ * Lines to stdout through the isolate's outlet (log_outlet.ts): queued and written without ever
+ * blocking the event loop; dropped and counted when stdout's reader stalls.
+ */
 function stdoutWriter(): (line: string) => void {
-  return lineWriter(Deno.stdout);
-}
-
-/** A writer of newline-terminated lines to a synchronous stream, looping over short writes. */
-function lineWriter(stream: { writeSync(bytes: Uint8Array): number }): (line: string) => void {
-  const encoder = new TextEncoder();
-  return function writeLine(line: string): void {
-    let bytes = encoder.encode(line + "\n");
-    while (bytes.length > 0) {
-      const written = stream.writeSync(bytes);
-      if (written <= 0) throw new Error("Cannot write a log line: the stream accepted no bytes");
-      bytes = bytes.subarray(written);
-    }
+  const stdout = standardOutlets().stdout;
+  return function writeAccessLine(line: string): void {
+    stdout.push(line);
   };
 }

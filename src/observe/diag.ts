@@ -12,8 +12,12 @@
  * Keeping the sink a plain function keeps the components free of this module and their tests free
  * of JSON.
  *
+ * Lines leave through the isolate's stderr outlet (log_outlet.ts): a stalled reader of stderr costs
+ * lines, counted, never a blocked event loop.
+ *
  * @module
  */
+import { standardOutlets } from "./log_outlet.ts";
 
 /** Diagnostic levels, most severe first. */
 export type LogLevel = "error" | "warn" | "info" | "debug";
@@ -173,15 +177,13 @@ export function formatLine(time: Date, level: LogLevel, msg: string, fields?: Lo
   return JSON.stringify(line);
 }
 
-/** A writer of newline-terminated lines to stderr, looping over short writes. */
+/**
+ * Lines to stderr through the isolate's outlet (log_outlet.ts): queued and written without ever
+ * blocking the event loop; dropped and counted when stderr's reader stalls.
+ */
 function stderrLineWriter(): (line: string) => void {
-  const encoder = new TextEncoder();
+  const stderr = standardOutlets().stderr;
   return function writeLine(line: string): void {
-    let bytes = encoder.encode(line + "\n");
-    while (bytes.length > 0) {
-      const written = Deno.stderr.writeSync(bytes);
-      if (written <= 0) throw new Error("Cannot write a log line: stderr accepted no bytes");
-      bytes = bytes.subarray(written);
-    }
+    stderr.push(line);
   };
 }

@@ -23,6 +23,8 @@ import {
 import {
   egressInstanceFamilies,
   egressPoolFamilies,
+  type LogFacts,
+  logFamilies,
   type PolicyFacts,
   policyFamilies,
   type SocketFacts,
@@ -33,7 +35,7 @@ import { type ProcessFacts, processFamilies } from "./process_stats.ts";
 import type { ResponseStats } from "./response_stats.ts";
 import { type LaneWorkers, workerFamilies } from "./worker_census.ts";
 
-export type { PolicyFacts, SocketFacts } from "./metrics_process.ts";
+export type { LogFacts, PolicyFacts, SocketFacts } from "./metrics_process.ts";
 export type { ObserveFacts } from "./metrics_requests.ts";
 export { type ProcessFacts, readProcessFacts } from "./process_stats.ts";
 
@@ -44,6 +46,8 @@ export interface EdgeFacts {
   readonly ready: boolean;
   /** Upstream sockets and descriptors, summed over the isolates (see lanes/local_health.ts). */
   readonly sockets?: SocketFacts;
+  /** Log lines by stream, summed over the isolates; left out when absent. */
+  readonly logs?: LogFacts;
   /** Each lane's request workers (worker_census.ts); left out when absent. */
   readonly workers?: readonly LaneWorkers[];
 }
@@ -86,6 +90,7 @@ export function renderMetrics(input: MetricsInput): string {
     ...egressInstanceFamilies(egress),
     ...egressPoolFamilies(egress),
     ...socketFamilies(edge.sockets),
+    ...logFamilies(edge.logs),
     // Out of the egress group: the page has always had it here, and its text is kept byte for byte.
     counter(
       "egress_retry_budget_refusals_total",

@@ -11,9 +11,60 @@
  */
 import type { EgressSnapshot } from "../egress/egress.ts";
 import type { PolicyStats } from "../policy/policy_stats.ts";
-import { byLabel, counter, escapeLabel, type Family, gauge, only } from "./exposition.ts";
+import {
+  byLabel,
+  counter,
+  escapeLabel,
+  type Family,
+  gauge,
+  only,
+  type Sample,
+} from "./exposition.ts";
 
 /** Upstream sockets by state, and the descriptor budget. */
+/** One stream's log lines, summed over the isolates (`logsView` in lanes/local_health.ts). */
+export interface LogStreamFacts {
+  readonly written: number;
+  readonly dropped: number;
+  readonly episodes: number;
+  readonly queued_bytes: number;
+}
+
+/** Log lines by stream. */
+export interface LogFacts {
+  readonly stdout: LogStreamFacts;
+  readonly stderr: LogStreamFacts;
+}
+
+/**
+ * The log streams' families: lines written and dropped (a stalled or failed reader), episodes of
+ * drops, and bytes queued.
+ */
+export function logFamilies(logs: LogFacts | undefined): Family[] {
+  if (!logs) return [];
+  const streams = Object.entries(logs) as [string, LogStreamFacts][];
+  return [
+    counter(
+      "log_lines_total",
+      "Log lines by stream (stdout: access log, stderr: diagnostics) and outcome: written, or dropped because the stream's reader stalled or a write failed.",
+      streams.flatMap(([stream, facts]): Sample[] => [
+        [`{stream="${stream}",outcome="written"}`, facts.written],
+        [`{stream="${stream}",outcome="dropped"}`, facts.dropped],
+      ]),
+    ),
+    counter(
+      "log_drop_episodes_total",
+      "Episodes in which a stream dropped log lines (each is one line on stderr when it begins).",
+      byLabel("stream", streams.map(([stream, facts]) => [stream, facts.episodes])),
+    ),
+    gauge(
+      "log_queue_bytes",
+      "Log bytes queued for a stream, waiting for its reader (bounded; beyond the bound lines are dropped).",
+      byLabel("stream", streams.map(([stream, facts]) => [stream, facts.queued_bytes])),
+    ),
+  ];
+}
+
 export interface SocketFacts {
   readonly connections: {
     readonly upstream: {

@@ -19,6 +19,7 @@ import {
   only,
 } from "./exposition.ts";
 import { BUCKETS, type HistogramName, type RequestMetrics } from "./request_metrics.ts";
+import { type PendingFacts, pendingFamilies } from "./metrics_pending.ts";
 
 /** Per-request series, the config generation and certificate expiry. */
 export interface ObserveFacts {
@@ -34,6 +35,8 @@ export interface ObserveFacts {
   readonly rejectedAt?: number;
   /** Served certificates: a hashed label of the first name, and the expiry (ms since epoch). */
   readonly certificates: readonly { readonly label: string; readonly notAfter: number }[];
+  /** A remote edge's set waiting for its cache (metrics_pending.ts); absent in local mode. */
+  readonly pending?: PendingFacts;
 }
 
 /** Finished requests by lane, tenant, route and class, and the three latency histograms. */
@@ -114,5 +117,6 @@ export function configFamilies(observe: ObserveFacts): Family[] {
         observe.certificates.map((c) => [c.label, Math.floor(c.notAfter / 1000)]),
       ),
     ),
+    ...(observe.pending ? pendingFamilies(observe.pending) : []),
   ];
 }

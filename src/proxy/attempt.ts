@@ -12,6 +12,7 @@ import type { Duplex } from "node:stream";
 import { CONNECT_MS, HANDSHAKE_SIGNAL } from "../egress/agents.ts";
 import type { Way } from "../egress/egress.ts";
 import { UPSTREAM_TLS } from "../egress/upstream_tls.ts";
+import { CLIENT_CONNECTION } from "../egress/reuse_settle.ts";
 import type { Backend } from "../egress/destinations.ts";
 import type { RequestContext } from "../request/context.ts";
 import type { ProxyAction } from "./actions.ts";
@@ -136,6 +137,7 @@ class AttemptExchange {
       [HANDSHAKE_SIGNAL]: this.#handshake.signal,
       [UPSTREAM_TLS]: backend.tls,
       [CONNECT_MS]: forward.action.connectMs,
+      [CLIENT_CONNECTION]: context.request.socket,
     } as http.RequestOptions);
     refuseTransparentRetry(this.#upstream);
   }

@@ -9,7 +9,6 @@
  *
  * @module
  */
-import { ownedKey } from "../egress/agents.ts";
 import { BodyDecoder } from "../egress/h1_body.ts";
 import {
   parseResponseHead,
@@ -59,7 +58,10 @@ export async function sendOwnedAttempt(
   const firstByte = firstByteTimer(forward, stop);
   const buffer = takeBuffer();
   try {
-    conn = agent.owned.take(ownedKey(target));
+    // The client connection this serves: it may take back at once the connection it just used.
+    const client = context.request.socket;
+    // A pooled connection is judged again first (its destination as the machine is now).
+    conn = await agent.takeOwned(target, client);
     let end = 0;
     if (!conn) {
       const dialled = await agent.dialOwned(target, {
@@ -67,7 +69,7 @@ export async function sendOwnedAttempt(
         signal: stop.signal,
       });
       conn = dialled.conn;
-      agent.owned.adopt(conn);
+      agent.owned.adopt(conn, client);
       buffer.set(dialled.head);
       end = dialled.head.byteLength;
     }

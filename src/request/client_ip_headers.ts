@@ -34,6 +34,29 @@
  * - `x-original-forwarded-for`: ingress-nginx, which keeps the inbound X-Forwarded-For there.
  * - `x-originating-ip`, `x-remote-ip`, `x-remote-addr`: Microsoft mail front ends and the
  *   IP-spoofing lists of access-control bypass scanners (which also carry X-ProxyUser-Ip).
+ * - CGI variable names used as header names: the Java `getIpAddr` snippet copied into countless
+ *   servlet code bases reads `request.getHeader("HTTP_CLIENT_IP")` and `"HTTP_X_FORWARDED_FOR"`
+ *   beside Proxy-Client-IP and WL-Proxy-Client-IP, and its longer form `"HTTP_X_FORWARDED"`,
+ *   `"HTTP_X_CLUSTER_CLIENT_IP"`, `"HTTP_FORWARDED_FOR"`, `"HTTP_FORWARDED"`, `"HTTP_VIA"` and
+ *   `"REMOTE_ADDR"` (Hutool's `ServletUtil.getClientIP` reads the first two): a servlet container
+ *   matches those names literally, so a client that sends `HTTP_CLIENT_IP: …` sets them. Hence
+ *   `http-client-ip`, `http-x-forwarded-for`, `http-x-forwarded`, `http-x-cluster-client-ip`,
+ *   `http-forwarded-for`, `http-forwarded`, `http-via` and `remote-addr` (none is caught by the
+ *   X-Forwarded- prefix; `_` and `-` are read alike, so each name covers both spellings).
+ * - `remote-address`: Akka HTTP's `extractClientIP` reads it beside X-Forwarded-For and X-Real-IP
+ *   (the server adds it only when `remote-address-header` is on).
+ * - `x-arr-clientip`: Azure App Service's front ends (Application Request Routing), `ip:port`.
+ * - `x-ms-forwarded-client-ip`: Microsoft's Web Application Proxy toward AD FS ([MS-ADFSPIP]
+ *   §2.2.1.2: "the IP address of the client sending the request").
+ * - `ali-cdn-real-ip`: Alibaba Cloud CDN and DCDN (default origin headers, "Ali-Cdn-Real-Ip: the
+ *   real IP of the client connecting to the POP").
+ * - `cdn-src-ip`: CDNetworks / Wangsu ("Forward Client IP": the default header carrying the
+ *   client's address); `cdn-real-ip`: the header other Chinese CDNs document for the same.
+ * - `eo-connecting-ip`, `eo-client-ip`: Tencent EdgeOne (a default origin header, and the name
+ *   its documentation gives the optional client-IP header).
+ * - `x-real-client-ip`, `x-original-client-ip`: set by front ends of one's own (a Varnish setup
+ *   copying X-Forwarded-For into X-Original-Client-IP, gateways that write X-Real-Client-IP) and
+ *   read by application middleware as the client's address.
  *
  * nginx (`real_ip_header`, default X-Real-IP), HAProxy (`option forwardfor`: X-Forwarded-For, and
  * `option originalto`: X-Original-To, the destination, not the client), Traefik (`forwardedHeaders`:
@@ -76,6 +99,24 @@ export const DEFAULT_CLIENT_IP_HEADERS: readonly string[] = Object.freeze([
   "proxy-client-ip",
   "x-forwarded",
   "forwarded-for",
+  "http-client-ip",
+  "http-x-forwarded-for",
+  "http-x-forwarded",
+  "http-x-cluster-client-ip",
+  "http-forwarded-for",
+  "http-forwarded",
+  "http-via",
+  "remote-addr",
+  "remote-address",
+  "x-arr-clientip",
+  "x-ms-forwarded-client-ip",
+  "ali-cdn-real-ip",
+  "cdn-src-ip",
+  "cdn-real-ip",
+  "eo-connecting-ip",
+  "eo-client-ip",
+  "x-real-client-ip",
+  "x-original-client-ip",
 ]);
 
 /**

@@ -18,6 +18,18 @@
  * are answered in order; only then does the last word (a 400 for the malformed bytes) go out and
  * the connection close.
  *
+ * An `Upgrade` request waits its turn here too ({@link ConnectionState.inTurn}): it is served —
+ * admitted, answered, tunnelled or refused — only once every request parsed before it on the
+ * connection has been answered, because whatever is written for it (a 101 and the tunnel's bytes,
+ * or a refusal) takes the connection over. Served at once, it put the 101 and the tunnel ahead of
+ * an earlier POST's answer, or a `429 per_connection_limit` ahead of eight answers the client was
+ * owed. Each parsed request is tracked until its answer is complete
+ * ({@link ConnectionState.arrived}); when the connection closes first, every one still unanswered
+ * is ended — its reservation cancelled, its upstream exchange aborted, its body relay stopped — so
+ * no upstream socket outlives the client's connection. (node tells only the response holding the
+ * socket that the socket closed; answers queued behind it, and the relays writing into them,
+ * waited for ever, each holding an upstream socket.)
+ *
  * HTTP/2 streams are concurrent by design and never wait here; a stream beyond the bound gets the
  * ledger's `per_connection_limit`.
  *
@@ -54,7 +66,10 @@ export class ConnectionState implements ConnectionBudget {
   #broken = false;
   #last?: () => void;
   #gate?: ParseGate;
-  #gone?: Set<() => void>;
+  /** Requests parsed and not yet answered: how to end each if the connection goes first. */
+  #unanswered?: Set<() => void>;
+  /** An `Upgrade` waiting for the requests before it to be answered. */
+  #turn?: () => void;
 
   /**
    * @param socket the client connection
@@ -107,16 +122,37 @@ export class ConnectionState implements ConnectionBudget {
   }
 
   /**
-   * Calls `listener` once when the connection closes. node tells only the response currently
-   * being written that its socket went; a pipelined request's response waiting behind it never
-   * hears of it, so every request of the connection listens here too.
+   * Tracks a request parsed on this connection until its answer is complete. If the connection
+   * closes first, `end` is called: it must end the request's answer (node tells only the response
+   * holding the socket that the socket closed; one queued behind it never hears of it).
    *
-   * @returns the function that stops listening
+   * @returns the function to call once the answer is complete (delivered, refused or cut off);
+   *   further calls do nothing
    */
-  onGone(listener: () => void): () => void {
-    const gone = this.#gone ??= new Set();
-    gone.add(listener);
-    return () => gone.delete(listener);
+  arrived(end: () => void): () => void {
+    const unanswered = this.#unanswered ??= new Set();
+    unanswered.add(end);
+    return () => {
+      if (!unanswered.delete(end) || unanswered.size > 0 || !this.#turn) return;
+      // After the answer's own close listeners (its reservation's release) have run.
+      queueMicrotask(() => this.#takeTurn());
+    };
+  }
+
+  /** Requests parsed and not yet answered. */
+  get unanswered(): number {
+    return this.#unanswered?.size ?? 0;
+  }
+
+  /**
+   * Serves an `Upgrade` request in its turn: `serve` runs once every request parsed before it
+   * has been answered (at once when none is pending; a request waiting behind the budget is
+   * pending too). Nothing is parsed after an `Upgrade`, so at most one waits. If the connection
+   * closes first, it is dropped unserved and counted.
+   */
+  inTurn(serve: () => void): void {
+    if (this.unanswered === 0) serve();
+    else this.#turn = serve;
   }
 
   /** Marks the connection as failed: its parser gave up inside a body; nothing more is read. */
@@ -188,12 +224,21 @@ export class ConnectionState implements ConnectionBudget {
     this.#gate?.pump();
   }
 
+  #takeTurn(): void {
+    const serve = this.#turn;
+    if (!serve || this.unanswered > 0 || this.#socket.destroyed) return;
+    this.#turn = undefined;
+    serve();
+  }
+
+  /** The connection closed: what waits is dropped, and every unanswered request is ended. */
   #drop(): void {
-    const dropped = this.waiting;
+    const dropped = this.waiting + (this.#turn ? 1 : 0);
     this.#waiting = undefined;
+    this.#turn = undefined;
     if (dropped > 0) this.#onDropped(dropped);
-    const gone = this.#gone;
-    this.#gone = undefined;
-    for (const listener of gone ?? []) listener();
+    const unanswered = this.#unanswered;
+    this.#unanswered = undefined;
+    for (const end of unanswered ?? []) end();
   }
 }

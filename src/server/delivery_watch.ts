@@ -7,8 +7,17 @@
  * empty): an upstream that is slow to produce a body is the body-idle watch's business, not the
  * client's. Within any `send_ms` window in which bytes waited throughout, the client must take
  * something, and at least `min_send_rate` bytes per second; otherwise the reply is cut, its
- * reservation cancelled. Bytes in the kernel's send buffer count as taken: they no longer hold
- * gateway memory or a slot decision.
+ * reservation cancelled.
+ *
+ * Bytes in the kernel's send buffer count as taken, because nothing else can be seen: Deno 2.9.6
+ * offers no `SO_SNDBUF`, `TCP_NOTSENT_LOWAT`, `SIOCOUTQ` or `TCP_INFO` (no FFI here), and reads of
+ * `/proc/net/tcp` need `--allow-all` (measured: "Requires all access"). That buffer is large — on
+ * loopback it took 3.9–4.2 MB of a reply from a reader that took nothing, 0.72 MB with a 1,500-byte
+ * MTU, 0.13 MB with `net.ipv4.tcp_notsent_lowat=16384` — so a reply that fits in it counts as
+ * delivered when the kernel has it (a 1.3 MB answer to a 256 B/s reader: after 0.3 s), and the
+ * watch sees a reader only once the buffer is full. What the gateway does control is the cut: it
+ * resets the connection, so the kernel drops what it still held for that client (closed gracefully,
+ * the kernel went on sending it — a client cut after reading the head still received 4.1 MB).
  *
  * One periodic sweep per lane server (a quarter of `send_ms`, between 50 ms and 1 s) watches every
  * reply being delivered, as the deadline sweep does for replies being awaited.
@@ -27,6 +36,8 @@ export interface DeliveryLimits {
 export interface SendingSocket {
   readonly writableLength: number;
   readonly bytesWritten: number;
+  /** Closes with a reset (TCP only): the kernel drops what it still holds for the peer. */
+  resetAndDestroy?(): unknown;
 }
 
 interface Delivery {
@@ -97,6 +108,7 @@ export class DeliveryWatch {
       const moved = taken - delivery.mark;
       if (moved <= 0 || moved * 1000 < minSendRate * elapsed) {
         this.#deliveries.delete(delivery);
+        reset(socket);
         delivery.cut();
         continue;
       }
@@ -109,5 +121,17 @@ export class DeliveryWatch {
   stop(): void {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
+  }
+}
+
+/**
+ * Resets a cut client's connection, so the kernel drops the reply's bytes it still held (a TLS
+ * socket refuses: its wrap is not a TCP handle; the cut's destroy closes it instead).
+ */
+function reset(socket: SendingSocket): void {
+  try {
+    socket.resetAndDestroy?.();
+  } catch {
+    // Not a TCP handle: closed by the cut.
   }
 }

@@ -13,7 +13,10 @@
  * - An `Upgrade` request reaches the pipeline with its socket, unless it offers h2c: h2c is never
  *   switched to (through a gateway it would open an HTTP/2 connection to the backend that no route
  *   or policy sees), so such a request is served as plain HTTP/1.1 — or refused when it has a body,
- *   which the parser left unread on the socket.
+ *   which the parser left unread on the socket. Either way it is served in its turn, once every
+ *   request before it on the connection was answered (connection_state.ts, queued_answers.ts).
+ * - Every request's answer is tracked until it closes; a connection that closes ends every answer
+ *   still owed on it, so nothing upstream is held for a client that went.
  * - A reply the client does not take is cut off (delivery_watch.ts); a quiet tunnel is closed.
  * - An upgrade's socket is owned in the tick node hands it over (socket_owner.ts): an error on it
  *   ends that connection alone; closing the listener closes it. `CONNECT` is never taken over:
@@ -41,9 +44,11 @@ import {
 } from "./arrival.ts";
 import { ConnectionState } from "./connection_state.ts";
 import { DeliveryWatch } from "./delivery_watch.ts";
+import { announcesBody, offersH2c } from "./h2c.ts";
 import { createHttpServer, type LaneHttpServer, type TlsServing } from "./http_server.ts";
 import { ParseGate, preferListeners } from "./parse_gate.ts";
-import { writeRawReply } from "./raw_reply.ts";
+import { forwardDrain, trackAnswer } from "./queued_answers.ts";
+import { lingerThenClose, writeRawReply } from "./raw_reply.ts";
 import type { ReplyChannel } from "./reply_channel.ts";
 import { TakenSockets } from "./socket_owner.ts";
 
@@ -169,6 +174,7 @@ class LaneListener implements ListenerSide {
       if (connection.closing) return connection.drop();
       if (!response.shouldKeepAlive) connection.close();
       connection.reading = request;
+      trackAnswer(connection, response);
       if (connection.mustWait()) {
         connection.wait(() => this.#options.serve(new ResponseArrival(this, request, response)));
         return;
@@ -177,10 +183,30 @@ class LaneListener implements ListenerSide {
     this.#options.serve(new ResponseArrival(this, request, response));
   }
 
-  /** An `Upgrade` request: h2c is served as HTTP/1.1 (or refused with a body); others tunnel. */
+  /**
+   * An `Upgrade` request, served in its turn: once every request before it on the connection was
+   * answered (until then node's queued answers go out on the socket, their `drain` passed on).
+   */
   #upgrade(request: http.IncomingMessage, socket: Duplex, head: Uint8Array): void {
     // node took its own error listener off this socket: owned before anything else happens.
     this.#taken.take(socket);
+    const connection = this.#connectionOf(request);
+    if (!(connection instanceof ConnectionState)) return this.#serveUpgrade(request, socket, head);
+    const stopForwarding = forwardDrain(socket);
+    connection.inTurn(() => {
+      stopForwarding();
+      // Parsed after the connection's end was decided: dropped, as any request after it.
+      if (!connection.closing && !socket.destroyed) {
+        return this.#serveUpgrade(request, socket, head);
+      }
+      connection.drop();
+      lingerThenClose(socket);
+      socket.end();
+    });
+  }
+
+  /** h2c is served as HTTP/1.1 (or refused with a body); other upgrades may tunnel. */
+  #serveUpgrade(request: http.IncomingMessage, socket: Duplex, head: Uint8Array): void {
     const h2c = offersH2c(request.headers.upgrade);
     const arrival = new SocketArrival(this, request, socket, h2c ? undefined : head);
     if (h2c && announcesBody(request.headers)) {
@@ -295,16 +321,4 @@ function connectionKeyOf(request: http.IncomingMessage): object {
 
 function requestTimeout(): NodeJS.ErrnoException {
   return Object.assign(new Error("Request timeout"), { code: "ERR_HTTP_REQUEST_TIMEOUT" });
-}
-
-/** True when an Upgrade field offers `h2c` (in any case, among other protocols or alone). */
-function offersH2c(upgrade: string | undefined): boolean {
-  return upgrade !== undefined &&
-    upgrade.split(",").some((token) => token.trim().toLowerCase().split("/")[0] === "h2c");
-}
-
-/** True when a request head announces a body (chunked, or a non-zero Content-Length). */
-function announcesBody(headers: http.IncomingHttpHeaders): boolean {
-  const length = headers["content-length"];
-  return headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
 }

@@ -61,19 +61,15 @@ class ResponseChannel implements ReplyChannel {
   readonly #ticket: Reservation;
   readonly #onSent?: OnSent;
   #abandon?: (() => void)[];
-  #forget?: () => void;
 
   constructor(response: http.ServerResponse, ticket: Reservation, onSent?: OnSent) {
     this.#response = response;
     this.#ticket = ticket;
     this.#onSent = onSent;
-    // One listener: "close" follows "finish" on a delivered response, and comes alone otherwise.
+    // One listener: "close" follows "finish" on a delivered response, and comes alone otherwise
+    // (a pipelined response still waiting for its turn is closed by its connection's state when
+    // the connection goes: connection_state.ts).
     response.once("close", () => this.#closed());
-    // A pipelined response still waiting for its turn hears of a closed connection only here.
-    const connection = ticket.connection;
-    if (connection instanceof ConnectionState) {
-      this.#forget = connection.onGone(() => this.#closed());
-    }
   }
 
   get spent(): boolean {
@@ -107,8 +103,6 @@ class ResponseChannel implements ReplyChannel {
   }
 
   #closed(): void {
-    this.#forget?.();
-    this.#forget = undefined;
     const ticket = this.#ticket;
     if (this.#response.writableFinished) {
       if (ticket.live) ticket.complete();

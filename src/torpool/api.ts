@@ -6,27 +6,32 @@
  * - `GET /health` — the pool's state (`ok`, `degraded`, `down`), 503 when `down`;
  * - `POST /scale` — a JSON body `{"min"?: n, "max"?: n}` sets the instance limits; 400 with the
  *   failure envelope when the body is not such an object or the limits do not fit;
- * - `GET /stats` — every instance in full, the scaler and the counters.
+ * - `GET /stats` — every instance in full (lives, deaths in a row, the respawn wait), the scaler,
+ *   the counters, and the socket's own rebinds.
  *
  * Anything else is 404 (405 for a known path with another method). Failures use the one failure
- * table and envelope (`src/request/errors.ts`), like the edge and the hub.
+ * table and envelope (`src/request/errors.ts`), like the edge and the hub; every answer is
+ * `no-store` and carries its request id.
+ *
+ * Served by `Deno.serve` on the socket `api_socket.ts` owns (why not `node:http`: a `node:net`
+ * Unix listener is inherited by every Tor the pool spawns). `Deno.serve` has no header or body
+ * timeouts: a client that stalls keeps its connection, which on a socket only the pool's own user
+ * can open is no more than that user could do anyway.
  *
  * @module
  */
-import { dirname } from "node:path";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import * as v from "valibot";
 import { failureReply } from "../request/errors.ts";
 import { jsonReply, type Reply } from "../request/reply.ts";
 import { requestIdFor } from "../request/request_id.ts";
-import { writeReply } from "../request/write_reply.ts";
+import { type ApiHandler, ServedSocket, type SocketOptions } from "./api_socket.ts";
 import type { Backend, PoolHealth } from "./views.ts";
 
 /** What the API reads from and steers: a {@link TorPool} or a stand-in. */
 export interface PoolControl {
   backends(): Backend[];
   health(): PoolHealth;
-  stats(): unknown;
+  stats(): object;
   scale(override: { min?: number; max?: number }): { min: number; max: number };
 }
 
@@ -39,67 +44,65 @@ const ScaleBody = v.strictObject({
 });
 
 /**
- * The API as a node:http request listener (served on the socket by {@link serveApi}).
+ * The API as a fetch handler (served on the socket by {@link serveApi}).
  *
  * @param pool what the routes read and steer
+ * @param extra more `/stats` fields (the socket's own counters)
  */
-export function apiHandler(
-  pool: PoolControl,
-): (request: IncomingMessage, response: ServerResponse) => void {
-  return function poolApi(request, response) {
-    const requestId = requestIdFor(request.headers["x-request-id"]);
-    answer(pool, request, requestId).then(
-      (reply) => writeReply(response, reply, requestId),
-      () => writeReply(response, failureReply("internal_error", requestId), requestId),
-    );
+export function apiHandler(pool: PoolControl, extra: () => object = () => ({})): ApiHandler {
+  return async function poolApi(request) {
+    const requestId = requestIdFor(request.headers.get("x-request-id") ?? undefined);
+    let reply: Reply;
+    try {
+      reply = await answer(pool, request, requestId, extra);
+    } catch {
+      reply = failureReply("internal_error", requestId);
+    }
+    // Every reply here is JSON text (`jsonReply`, `failureReply`).
+    return new Response(String(reply.body ?? ""), {
+      status: reply.status,
+      headers: { ...reply.headers, "cache-control": "no-store", "x-request-id": requestId },
+    });
   };
 }
 
 /** The reply to one request. */
 async function answer(
   pool: PoolControl,
-  request: IncomingMessage,
+  request: Request,
   requestId: string,
+  extra: () => object,
 ): Promise<Reply> {
-  const path = (request.url ?? "").split("?")[0];
+  const path = new URL(request.url).pathname;
   const routes: Record<string, [string, () => Reply | Promise<Reply>]> = {
     "/backends": ["GET", () => jsonReply({ backends: pool.backends() })],
     "/health": ["GET", () => {
       const health = pool.health();
       return jsonReply(health, health.status === "down" ? 503 : 200);
     }],
-    "/stats": ["GET", () => jsonReply(pool.stats())],
+    "/stats": ["GET", () => jsonReply({ ...pool.stats(), ...extra() })],
     "/scale": ["POST", () => scale(pool, request, requestId)],
   };
-  const route = routes[path];
+  const route = Object.hasOwn(routes, path) ? routes[path] : undefined;
   if (!route) return failureReply("route_not_allowed", requestId);
   if (request.method !== route[0]) {
-    request.resume();
+    await request.body?.cancel();
     return failureReply("method_not_allowed", requestId, { headers: { allow: route[0] } });
   }
   return await route[1]();
 }
 
 /** `POST /scale`: the body is read (at most {@link MAX_BODY} bytes), checked, and applied. */
-async function scale(
-  pool: PoolControl,
-  request: IncomingMessage,
-  requestId: string,
-): Promise<Reply> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of request) {
-    size += (chunk as Uint8Array).length;
-    if (size > MAX_BODY) return failureReply("payload_too_large", requestId);
-    chunks.push(chunk as Uint8Array);
-  }
-  let body: unknown;
+async function scale(pool: PoolControl, request: Request, requestId: string): Promise<Reply> {
+  const body = await readCapped(request, MAX_BODY);
+  if (body === undefined) return failureReply("payload_too_large", requestId);
+  let value: unknown;
   try {
-    body = JSON.parse(new TextDecoder().decode(concat(chunks)));
+    value = JSON.parse(new TextDecoder().decode(body));
   } catch {
     return failureReply("bad_request", requestId);
   }
-  const parsed = v.safeParse(ScaleBody, body);
+  const parsed = v.safeParse(ScaleBody, value);
   if (!parsed.success || (parsed.output.min ?? parsed.output.max) === undefined) {
     return failureReply("bad_request", requestId);
   }
@@ -111,8 +114,23 @@ async function scale(
   }
 }
 
-function concat(chunks: readonly Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+/** The request body, or undefined once it passes `limit` bytes (the rest is not read). */
+async function readCapped(request: Request, limit: number): Promise<Uint8Array | undefined> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  if (!request.body) return new Uint8Array();
+  const reader = request.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > limit) {
+      await reader.cancel();
+      return undefined;
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(size);
   let at = 0;
   for (const chunk of chunks) {
     out.set(chunk, at);
@@ -129,67 +147,19 @@ export interface PoolApi {
 }
 
 /**
- * Serves the API on a Unix socket: a stale socket file is removed first (one nothing answers on),
- * and the socket is set to mode 0600 as soon as it is bound.
+ * Serves the API on a Unix socket (see `api_socket.ts`): a stale socket is taken over, a live
+ * pool's refuses the start, the socket is mode 0600 and served again when deleted.
  *
- * @throws {Error} when the path is a live socket or not a socket at all
+ * @throws {Error} when the path is a live pool's socket, not a socket at all, or in an open folder
  */
-export async function serveApi(pool: PoolControl, path: string): Promise<PoolApi> {
-  await privateFolder(dirname(path));
-  await clearStale(path);
-  const server: Server = createServer({ requestTimeout: 10_000, headersTimeout: 5_000 });
-  server.on("request", apiHandler(pool));
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(path, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  await Deno.chmod(path, 0o600);
-  return {
-    path,
-    async close() {
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
-      await Deno.remove(path).catch(() => {});
-    },
-  };
-}
-
-/**
- * Makes the socket's folder (mode 0700) if it is missing, and refuses one that others may write
- * to: whoever can write there could replace the socket with their own.
- */
-async function privateFolder(dir: string): Promise<void> {
-  await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
-  const mode = (await Deno.stat(dir)).mode ?? 0;
-  if ((mode & 0o022) !== 0) {
-    throw new Error(
-      `Cannot serve the pool API in ${dir}: the folder is writable by others ` +
-        `(mode ${(mode & 0o777).toString(8)})`,
-    );
-  }
-}
-
-/** Frees `path` for a new socket, or says why it cannot be used. */
-async function clearStale(path: string): Promise<void> {
-  let info: Deno.FileInfo;
-  try {
-    info = await Deno.lstat(path);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return;
-    throw error;
-  }
-  if (!info.isSocket) throw new Error(`Cannot serve the pool API: ${path} is not a socket`);
-  try {
-    const probe = await Deno.connect({ transport: "unix", path });
-    probe.close();
-  } catch {
-    await Deno.remove(path);
-    return;
-  }
-  throw new Error(`Cannot serve the pool API: ${path} is in use by another process`);
+export async function serveApi(
+  pool: PoolControl,
+  path: string,
+  options: SocketOptions,
+): Promise<PoolApi> {
+  const counts = { rebinds: (): number => 0 };
+  const handler = apiHandler(pool, () => ({ apiSocketRebinds: counts.rebinds() }));
+  const socket = await ServedSocket.serve(path, handler, options);
+  counts.rebinds = () => socket.rebinds;
+  return { path, close: () => socket.close() };
 }

@@ -12,11 +12,18 @@
  *   circuit goes away (the network did) is `bootstrapping` again.
  * - `dead` — two failed control probes in a row, its SOCKS port refused connections for longer
  *   than `dead_refusal_ms`, or the process exited. The supervisor kills what is left and spawns
- *   the next life on the same ports.
+ *   the next life on the same ports, after a wait that doubles with each death in a row (100 ms
+ *   to 30 s). A life counts as up only once it has been ready for {@link Timings.stableMs}: a Tor
+ *   that dies soon after it became ready keeps doubling the wait (measured before: one that died
+ *   400 ms after ready was respawned 16 times in 10 s, each life bootstrapping anew).
+ *
+ * Each life is owned (`ownership.ts`): once its control port answers, the supervisor holds a
+ * control connection that sent TAKEOWNERSHIP, so the Tor exits when the supervisor does.
  *
  * @module
  */
 import type { PoolConfig } from "./config.ts";
+import type { ControlConnection } from "./control.ts";
 import type { SocksCheck, TorStatus } from "./probe.ts";
 import type { InstancePaths, InstancePorts } from "./torrc.ts";
 
@@ -35,12 +42,15 @@ export interface Timings {
   readonly socksCheckMs: number;
   /** The supervisor's tick: the shorter of the two cadences above. */
   readonly tickMs: number;
+  /** How long a life must stay ready before its deaths in a row start again from zero. */
+  readonly stableMs: number;
 }
 
 /**
  * The cadences for a config: probe timeout half the interval (50 ms–5 s), SOCKS checks four times
  * per `dead_refusal_ms` (25 ms–1 s), so a refusal is seen dead within `dead_refusal_ms` plus one
- * check.
+ * check; a life is up (its deaths in a row forgotten) once ready for ten probe intervals
+ * (1 s–5 min).
  */
 export function timingsOf(config: Pick<PoolConfig, "probeIntervalMs" | "deadRefusalMs">): Timings {
   const clamp = (value: number, low: number, high: number) =>
@@ -54,6 +64,7 @@ export function timingsOf(config: Pick<PoolConfig, "probeIntervalMs" | "deadRefu
     deadRefusalMs: config.deadRefusalMs,
     socksCheckMs,
     tickMs: Math.min(quickProbeMs, socksCheckMs),
+    stableMs: clamp(config.probeIntervalMs * 10, 1000, 300_000),
   };
 }
 
@@ -89,8 +100,12 @@ export class TorInstance {
   /** Active streams, as last reported by whoever carries traffic. */
   active = 0;
   lastDeath: { readonly reason: string; readonly at: number } | undefined;
-  /** Deaths since the instance was last ready (the respawn backoff's exponent). */
-  deathsBeforeReady = 0;
+  /** Deaths in a row without a life that stayed ready for `stableMs` (the respawn's exponent). */
+  deathsInARow = 0;
+  /** The wait before the current life was spawned (0 for the slot's first life). */
+  respawnWaitMs = 0;
+  /** When the current life became ready, undefined while it is not. */
+  readySince: number | undefined;
   probing = false;
   checkingSocks = false;
   /** Being killed or (re)spawned: no checks run meanwhile. */
@@ -99,6 +114,10 @@ export class TorInstance {
   removed = false;
   readonly #tail: string[] = [];
   #child: Deno.ChildProcess | undefined;
+  /** The control connection that owns this life's Tor (closing it ends the Tor). */
+  #owner: ControlConnection | undefined;
+  /** Taking ownership of this life is under way. */
+  owning = false;
   #done: Promise<unknown> = Promise.resolve();
 
   constructor(index: number, ports: InstancePorts, paths: InstancePaths) {
@@ -140,12 +159,37 @@ export class TorInstance {
     this.nextProbeAt = now;
     this.nextSocksCheckAt = now;
     this.active = 0;
+    this.readySince = undefined;
+    this.#letGo();
     const drained = Promise.all([this.#keepTail(child.stdout), this.#keepTail(child.stderr)]);
     const status = child.status.then((status) => {
-      if (this.#child === child) this.#child = undefined;
+      if (this.#child === child) {
+        this.#child = undefined;
+        this.#letGo();
+      }
       onExit(life, status);
     });
     this.#done = Promise.all([drained, status]);
+  }
+
+  /** True while a control connection owns this life's Tor. */
+  get owned(): boolean {
+    return this.#owner !== undefined;
+  }
+
+  /**
+   * Keeps the connection that owns this life's Tor, or closes it when `life` is over.
+   *
+   * @returns true when kept
+   */
+  own(life: number, connection: ControlConnection): boolean {
+    if (life !== this.life || this.#child === undefined || this.state === "dead") {
+      connection.close();
+      return false;
+    }
+    this.#letGo();
+    this.#owner = connection;
+    return true;
   }
 
   /** Ends the current process, if any: SIGTERM, then SIGKILL after a grace; waits for its exit. */
@@ -153,6 +197,8 @@ export class TorInstance {
     const child = this.#child;
     if (child) {
       signal(child, "SIGTERM");
+      // Closing the owning connection makes Tor exit too (TAKEOWNERSHIP).
+      this.#letGo();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const late = new Promise<"late">((resolve) => {
         timer = setTimeout(() => resolve("late"), KILL_GRACE_MS);
@@ -175,7 +221,8 @@ export class TorInstance {
     this.summary = status.summary;
     this.#sample(status.latencyMs);
     this.state = status.circuitEstablished ? "ready" : "bootstrapping";
-    if (this.state === "ready") this.deathsBeforeReady = 0;
+    if (this.state !== "ready") this.readySince = undefined;
+    else this.readySince ??= now;
     this.nextProbeAt = now + timings.probeIntervalMs;
   }
 
@@ -214,11 +261,16 @@ export class TorInstance {
       : undefined;
   }
 
-  /** Marks the life over. */
-  died(reason: string, now: number): void {
+  /**
+   * Marks the life over: a life that stayed ready for `stableMs` starts the count of deaths in a
+   * row again.
+   */
+  died(reason: string, now: number, stableMs: number): void {
+    if (this.readySince !== undefined && now - this.readySince >= stableMs) this.deathsInARow = 0;
     this.state = "dead";
     this.lastDeath = { reason, at: now };
-    this.deathsBeforeReady++;
+    this.deathsInARow++;
+    this.readySince = undefined;
     this.active = 0;
   }
 
@@ -227,6 +279,11 @@ export class TorInstance {
     this.active = load.active;
     if (load.latencyMs !== undefined) this.#sample(load.latencyMs);
     if (load.error) this.errors++;
+  }
+
+  #letGo(): void {
+    this.#owner?.close();
+    this.#owner = undefined;
   }
 
   #sample(latencyMs: number): void {

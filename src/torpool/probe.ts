@@ -43,14 +43,7 @@ export interface ProbeOptions {
 export async function probeTor(options: ProbeOptions): Promise<TorStatus> {
   const connection = await ControlConnection.open(options);
   try {
-    const info = await connection.exchange("PROTOCOLINFO 1");
-    const auth = info.lines.find((line) => line.text.startsWith("AUTH "));
-    const methods = keywordArgs(auth?.text ?? "").get("METHODS")?.split(",") ?? [];
-    if (!methods.includes("COOKIE")) {
-      throw new ControlError(`Tor offers no cookie authentication (METHODS=${methods.join(",")})`);
-    }
-    const cookie = await readCookie(options.cookieFile);
-    await connection.exchange(`AUTHENTICATE ${encodeHex(cookie)}`);
+    await authenticate(connection, options.cookieFile);
     const started = performance.now();
     const reply = await connection.exchange(
       "GETINFO status/bootstrap-phase status/circuit-established",
@@ -72,6 +65,26 @@ export async function probeTor(options: ProbeOptions): Promise<TorStatus> {
   } finally {
     connection.close();
   }
+}
+
+/**
+ * PROTOCOLINFO, then AUTHENTICATE with the cookie in `cookieFile` (the file the instance's torrc
+ * names, never the path a reply claims).
+ *
+ * @throws {ControlError} when Tor offers no cookie authentication or refuses the cookie
+ */
+export async function authenticate(
+  connection: ControlConnection,
+  cookieFile: string,
+): Promise<void> {
+  const info = await connection.exchange("PROTOCOLINFO 1");
+  const auth = info.lines.find((line) => line.text.startsWith("AUTH "));
+  const methods = keywordArgs(auth?.text ?? "").get("METHODS")?.split(",") ?? [];
+  if (!methods.includes("COOKIE")) {
+    throw new ControlError(`Tor offers no cookie authentication (METHODS=${methods.join(",")})`);
+  }
+  const cookie = await readCookie(cookieFile);
+  await connection.exchange(`AUTHENTICATE ${encodeHex(cookie)}`);
 }
 
 /** The cookie Tor wrote (32 bytes); a missing or short file is a failed probe. */

@@ -53,7 +53,7 @@ export class TorPool {
   readonly #now: () => number;
   readonly #tasks: TaskGroup;
   readonly #lives: Lifecycle;
-  readonly #counters = { spawns: 0, deaths: 0, scaleUps: 0, scaleDowns: 0 };
+  readonly #counters = { spawns: 0, deaths: 0, scaleUps: 0, scaleDowns: 0, leftoversEnded: 0 };
   readonly #clientAuth = new ClientAuthKeys();
   #limits: { min: number; max: number };
   #timer: ReturnType<typeof setTimeout> | undefined;

@@ -6,8 +6,9 @@
  * `torrc-defaults` out, and no `User`, `RunAsDaemon` or `PidFile` asks for privileges or a detached
  * process. `SocksPort … ExtendedErrors` makes onion failures come back as reply codes 0xF0–0xF7
  * (blamed on the destination, not the instance); `IsolateSOCKSAuth` gives each SOCKS username its
- * own circuits; `__OwningControllerProcess` makes Tor exit when the supervisor's process is gone,
- * so a crashed supervisor leaves no orphan holding the ports.
+ * own circuits; `__OwningControllerProcess` makes Tor exit when the supervisor's process is gone
+ * (Tor looks every 15 s) until the supervisor owns the instance over its control port, after which
+ * Tor exits the moment the supervisor does (`ownership.ts`).
  *
  * @module
  */

@@ -110,6 +110,14 @@ export interface InstanceStats {
   refusingMs: number;
   /** Why and when the last life ended, or null. */
   lastDeath: { readonly reason: string; readonly at: number } | null;
+  /** Lives after the first: how many times the slot was respawned. */
+  restarts: number;
+  /** Deaths in a row without a life that stayed ready for `timings.stableMs`. */
+  deathsInARow: number;
+  /** The wait before the current life was spawned (doubling with each death in a row). */
+  respawnWaitMs: number;
+  /** A control connection owns this life's Tor (it exits when the supervisor does). */
+  owned: boolean;
   /** The last lines Tor wrote. */
   tail: readonly string[];
 }
@@ -138,6 +146,8 @@ export interface PoolStats {
   scaleUps: number;
   /** Instances removed by the scaler. */
   scaleDowns: number;
+  /** Tors left by an earlier run on an instance's ports, ended before its first life. */
+  leftoversEnded: number;
   /** Every instance. */
   each: InstanceStats[];
 }
@@ -161,6 +171,10 @@ export function instanceStats(instance: TorInstance, now: number): InstanceStats
     failedProbes: i.failedProbes,
     refusingMs: i.refusedSince === undefined ? 0 : now - i.refusedSince,
     lastDeath: i.lastDeath ?? null,
+    restarts: Math.max(0, i.life - 1),
+    deathsInARow: i.deathsInARow,
+    respawnWaitMs: i.respawnWaitMs,
+    owned: i.owned,
     tail: i.tail,
   };
 }
@@ -174,7 +188,9 @@ export function poolStats(
     readonly busyStreams: number;
     readonly scaler: { readonly aboveSince?: number; readonly belowSince?: number };
     readonly timings: Timings;
-    readonly counters: Readonly<Record<"spawns" | "deaths" | "scaleUps" | "scaleDowns", number>>;
+    readonly counters: Readonly<
+      Record<"spawns" | "deaths" | "scaleUps" | "scaleDowns" | "leftoversEnded", number>
+    >;
   },
 ): PoolStats {
   const live = instances.filter((i) => i.state === "ready");

@@ -66,6 +66,14 @@ export interface CaFiles {
   nodesDir: string;
   /** One `<node_id>.json` per revoked node, written by `hub revoke` (node_registry.ts). */
   revokedDir: string;
+  /**
+   * What the hub writes for itself: the last CRL it read and verified (`crl.last-good.pem`,
+   * crl.ts), which it serves with when `crl.pem` is damaged. The hub may write here and never to
+   * `crl.pem`.
+   */
+  hubStateDir: string;
+  /** The hub's verified copy of the last good CRL, in {@link CaFiles.hubStateDir}. */
+  lastGoodCrl: string;
 }
 
 /** The paths of the CA in `dir`. */
@@ -83,6 +91,8 @@ export function caFiles(dir: string): CaFiles {
     secretsDir: join(dir, "secrets"),
     nodesDir: join(dir, "nodes"),
     revokedDir: join(dir, "revoked"),
+    hubStateDir: join(dir, "hub-state"),
+    lastGoodCrl: join(dir, "hub-state", "crl.last-good.pem"),
   };
 }
 
@@ -127,8 +137,11 @@ export type SignResult =
   | { ok: false; reason: CsrRefusal; detail: string };
 
 const DAY_MS = 86_400_000;
-/** How far back `notBefore` is set, for clocks behind the hub's. */
-const SKEW_MS = 5 * 60_000;
+/**
+ * How far back `notBefore` is set, for clocks behind the hub's: a node certificate was issued at
+ * `notBefore + SKEW_MS` (live/node_pair.ts tells a pending certificate from an older secret by it).
+ */
+export const SKEW_MS = 5 * 60_000;
 const CA_USAGE = x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign;
 const MAX_PEM = 64 * 1024;
 
@@ -231,9 +244,8 @@ async function refuseExisting(files: CaFiles): Promise<void> {
 
 /** The CA folder and its subfolders, 0700 whatever the umask. */
 async function makeFolders(files: CaFiles): Promise<void> {
-  for (
-    const folder of [files.dir, files.issuedDir, files.secretsDir, files.nodesDir, files.revokedDir]
-  ) {
+  const { dir, issuedDir, secretsDir, nodesDir, revokedDir, hubStateDir } = files;
+  for (const folder of [dir, issuedDir, secretsDir, nodesDir, revokedDir, hubStateDir]) {
     await Deno.mkdir(folder, { recursive: true, mode: 0o700 });
     await Deno.chmod(folder, 0o700);
   }

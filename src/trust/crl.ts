@@ -5,16 +5,23 @@
  *
  * A CRL is only believed when the intermediate's key signed it: a hub that took any well-formed
  * CRL would let whoever can write `crl.pem` un-revoke a node by replacing the list (or revoke the
- * fleet). It is rewritten whole (pem.ts's atomic write), so a hub re-reading it mid-rewrite sees
- * the old list or the new one. Revocation keeps every earlier entry, including entries for
+ * fleet). It is rewritten whole (pem.ts's atomic write: a temporary file, synced, renamed over the
+ * list), so a hub re-reading it mid-rewrite — or after a `revoke` killed at any step — sees the old
+ * list or the new one, never a part. Revocation keeps every earlier entry, including entries for
  * certificates that have since expired: the list only grows (see `revokeNode`).
+ *
+ * The hub keeps a copy of the last list it read and verified ({@link keepLastGoodCrl}, in the
+ * CA's `hub-state/`, the one place of the CA the hub may write) and serves with it when `crl.pem`
+ * is damaged at boot (hub/revocation.ts). The copy is believed on the same terms as the list: only
+ * when the intermediate signed it. `revokeNode` starts from it too when `crl.pem` cannot be read,
+ * so a revocation also repairs a damaged list.
  *
  * @module
  */
 import "reflect-metadata";
 import * as x509 from "@peculiar/x509";
 import { readNamedFile } from "../config/rooted_read.ts";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { issuedFor, type Issuer, loadIssuer } from "./ca.ts";
 import { readNodeEntry, readRevokedMarker, writeRevokedMarker } from "./node_registry.ts";
 import { readNodeSecretFile } from "./node_secrets.ts";
@@ -91,29 +98,43 @@ async function writeEntries(
   await writeFileAtomic(issuer.files.crl, pem, { mode: 0o644, replace: true });
 }
 
+/** A CRL read and verified: its serials, `thisUpdate`, and its text (to keep a copy of). */
+export interface RevokedList {
+  /** The serials, in pem.ts's `normaliseSerial` spelling. */
+  readonly serials: ReadonlySet<string>;
+  readonly thisUpdate: Date;
+  readonly text: string;
+}
+
 /**
  * The serials a CRL lists, once its signature verifies with the intermediate's key.
  *
  * @param crlPath the CRL, PEM (`X509 CRL`)
  * @param intermediatePem the certificate whose key must have signed it
- * @returns the serials (pem.ts's `normaliseSerial` spelling) and the CRL's `thisUpdate`
  * @throws {Error} naming the file, when it cannot be read, does not parse, or was not signed by
  *   the intermediate
  */
-export async function readRevoked(
-  crlPath: string,
-  intermediatePem: string,
-): Promise<{ serials: ReadonlySet<string>; thisUpdate: Date }> {
+export async function readRevoked(crlPath: string, intermediatePem: string): Promise<RevokedList> {
   const intermediate = parseCertificate(intermediatePem, "Intermediate certificate");
   const crl = await readCrl(crlPath, intermediate);
-  return { serials: new Set(crl.entries.map((e) => e.serial)), thisUpdate: crl.thisUpdate };
+  const serials = new Set(crl.entries.map((e) => e.serial));
+  return { serials, thisUpdate: crl.thisUpdate, text: crl.text };
 }
 
-/** A CRL read and verified: its entries and `thisUpdate`. */
+/**
+ * Keeps `text` — a CRL just read and verified — as the hub's last good copy at `path`: written
+ * whole (pem.ts's atomic write), its folder made when missing (mode 0700).
+ */
+export async function keepLastGoodCrl(path: string, text: string): Promise<void> {
+  await Deno.mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  await writeFileAtomic(path, text, { mode: 0o644, replace: true });
+}
+
+/** A CRL read and verified: its entries, `thisUpdate` and text. */
 async function readCrl(
   path: string,
   intermediate: x509.X509Certificate,
-): Promise<{ entries: CrlEntry[]; thisUpdate: Date }> {
+): Promise<{ entries: CrlEntry[]; thisUpdate: Date; text: string }> {
   const text = await readNamedFile(path, "CRL", { maxBytes: MAX_CRL_BYTES });
   let crl: x509.X509Crl;
   let entries: CrlEntry[];
@@ -132,7 +153,7 @@ async function readCrl(
   if (!signed) {
     throw new Error(`CRL "${path}" is not signed by intermediate "${intermediate.subject}"`);
   }
-  return { entries, thisUpdate: crl.thisUpdate };
+  return { entries, thisUpdate: crl.thisUpdate, text };
 }
 
 /**
@@ -154,8 +175,13 @@ async function readCrl(
  * Not safe against a concurrent revocation in another process (each reads, adds and writes the
  * list; the later write wins): run one `revoke` at a time.
  *
- * @returns the serials newly listed (none when all were listed already) and the incarnation
- *   revoked
+ * A `crl.pem` that cannot be read or verified (cut short, its signature wrong) is rebuilt from the
+ * hub's last good copy (`hub-state/crl.last-good.pem`, verified alike) plus this node's serials;
+ * entries only the damaged list held are lost with it (every node `revoke` revoked is still
+ * refused by its marker; revoking such a node again lists its serials again).
+ *
+ * @returns the serials newly listed (none when all were listed already), the incarnation revoked,
+ *   and — when `crl.pem` was rebuilt from the copy — why it could not be read
  * @throws {Error} when the node has no recorded certificate, no record and no waiting secret, or
  *   the CA or its CRL cannot be read
  * @throws {RangeError} for a reason that is not a reason code name
@@ -164,7 +190,7 @@ export async function revokeNode(
   dir: string,
   nodeId: string,
   reason?: string,
-): Promise<{ serials: string[]; incarnation: number }> {
+): Promise<{ serials: string[]; incarnation: number; rebuilt?: string }> {
   const code = reasonCode(reason);
   const issuer = await loadIssuer(dir);
   const files = issuer.files;
@@ -189,14 +215,18 @@ export async function revokeNode(
   if (waiting) await Deno.remove(waiting.file).catch(() => {});
   // 2. The serials, read after the marker is on disk.
   const issued = await issuedFor(dir, nodeId);
-  // 3. The CRL.
-  const current = await readCrl(files.crl, issuer.cert);
+  // 3. The CRL (or, when it is damaged, the hub's last good copy of it).
+  const current = await readCrl(files.crl, issuer.cert).catch(async (error: Error) => ({
+    ...await readCrl(files.lastGoodCrl, issuer.cert).catch(() => Promise.reject(error)),
+    rebuilt: error.message,
+  }));
   const listed = new Set(current.entries.map((entry) => entry.serial));
   const added = issued.map((record) => normaliseSerial(record.serial))
     .filter((serial) => !listed.has(serial));
   const entries = added.map((serial) => ({ serial, at: now, reason: code }));
   await writeEntries(issuer, [...current.entries, ...entries], { now });
-  return { serials: added, incarnation };
+  const rebuilt = "rebuilt" in current ? { rebuilt: current.rebuilt } : {};
+  return { serials: added, incarnation, ...rebuilt };
 }
 
 /** The node's registration secret waiting to be used, with the incarnation it would register. */

@@ -46,6 +46,8 @@ export interface NodeSecretFile {
   secret: string;
   /** The incarnation the secret registers (1 when the file names none). */
   incarnation: number;
+  /** When `hub add-node` made it (absent in files that do not say). */
+  createdAt?: Date;
 }
 
 const SUFFIX = ".secret";
@@ -133,6 +135,9 @@ function parseSecretFile(text: string, what: string): NodeSecretFile {
     nodeType: field("node_type", /^[a-z]{1,32}$/),
     secret: field("secret", /^[\x21-\x7e]{16,1024}$/),
     incarnation,
+    ...(typeof json.created_at === "string" && Number.isFinite(Date.parse(json.created_at))
+      ? { createdAt: new Date(json.created_at) }
+      : {}),
   };
 }
 

@@ -51,6 +51,9 @@ async function withEdge(
     socks: socks.map((s) => ({ hostname: "127.0.0.1", port: s.port })),
     probe_interval_ms: 200,
     connect_timeout_ms: 2000,
+    // Each request is its own client connection, and each must find the connection the one
+    // before left: no settle time (reuse_settle.ts) between clients.
+    reuse_settle_ms: 0,
   };
   const dir = await writeConfig(config, [{ host: SHOP, routes: routes(`http://${APP}:80`) }]);
   let gateway: Gateway | undefined;

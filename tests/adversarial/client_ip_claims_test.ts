@@ -1,7 +1,9 @@
 /**
  * Adversarial: every client-address header an upstream might believe, in every spelling a client
  * can give it, against the recording upstream behind the real gateway (issue 31, finding 10:
- * X-ProxyUser-Ip and X-Envoy-External-Address reached backends verbatim).
+ * X-ProxyUser-Ip and X-Envoy-External-Address reached backends verbatim; an attack on that change:
+ * HTTP_CLIENT_IP, HTTP_X_FORWARDED_FOR, X-ARR-ClientIP, Ali-CDN-Real-IP, Cdn-Src-Ip,
+ * X-Real-Client-IP and X-Original-Client-IP still did).
  *
  * - From a client that is not a trusted proxy, none arrives: not the names of
  *   `DEFAULT_CLIENT_IP_HEADERS` (src/request/client_ip_headers.ts says where each comes from), not
@@ -54,6 +56,26 @@ const CLAIMED = [
   "Proxy-Client-IP",
   "X-Forwarded",
   "Forwarded-For",
+  // CGI variable names as header names (the Java getIpAddr snippet, Hutool), sent here with "-";
+  // the underscore spellings below send them as HTTP_CLIENT_IP, as the snippet reads them.
+  "Http-Client-Ip",
+  "Http-X-Forwarded-For",
+  "Http-X-Forwarded",
+  "Http-X-Cluster-Client-Ip",
+  "Http-Forwarded-For",
+  "Http-Forwarded",
+  "Http-Via",
+  "Remote-Addr",
+  "Remote-Address",
+  "X-ARR-ClientIP",
+  "X-MS-Forwarded-Client-IP",
+  "Ali-CDN-Real-IP",
+  "Cdn-Src-Ip",
+  "Cdn-Real-Ip",
+  "EO-Connecting-IP",
+  "EO-Client-IP",
+  "X-Real-Client-IP",
+  "X-Original-Client-IP",
 ] as const;
 
 /** Rebuilt by the gateway for everyone: dropped from every client, trusted or not. */
@@ -98,7 +120,7 @@ async function sendClaims(arena: Arena, names: readonly string[], spell: (n: str
 
 Deno.test("DEFAULT_CLIENT_IP_HEADERS holds every canonical client-address header", () => {
   const list = new Set(DEFAULT_CLIENT_IP_HEADERS);
-  const missing = CLAIMED.filter((name) => !list.has(name.toLowerCase()));
+  const missing = CLAIMED.filter((name) => !list.has(name.toLowerCase().replaceAll("_", "-")));
   assert.deepEqual(missing, []);
 });
 
