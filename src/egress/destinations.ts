@@ -57,6 +57,9 @@ const INTERNAL_RANGES: readonly [string, string][] = [
   ["fc00::/7", "a unique-local address"],
   ["ff00::/8", "a multicast address"],
   ["64:ff9b::/96", "a NAT64 address"],
+  ["64:ff9b:1::/48", "a local-use NAT64 address"],
+  ["2001:2::/48", "a benchmarking address"],
+  ["5f00::/16", "a segment routing (SRv6) address"],
 ];
 const RANGES = INTERNAL_RANGES.map(([cidr, what]) => ({ set: AddressSet.of([cidr]), what }));
 
