@@ -78,7 +78,13 @@ peerTest(
     let edge: Gateway | undefined;
     try {
       edge = await storeEdge(redis.url);
-      await waitFor(() => storeOf(edge!), (s) => s?.up === true, 10_000);
+      // Both isolates linked (the main one and the public worker), not just one: a decision in an
+      // isolate not yet linked falls back.
+      await waitFor(
+        () => storeOf(edge!),
+        (s) => s?.up === true && s.isolates >= 2 && s.isolates_up === s.isolates,
+        10_000,
+      );
       // Another client first: the edge's link and the store's script are warm before the timed part.
       assert.equal(await hit(edge, "198.51.100.9"), 200);
       const warm = new Set((await buckets(redis)).keys());
