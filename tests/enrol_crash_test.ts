@@ -100,7 +100,13 @@ function tracedEdge(node: Node, until: RegExp, kill?: Step) {
  * answers a poll made with them.
  */
 async function assertUsable(fleet: FleetProcess, node: Node, what: string): Promise<Gateway> {
-  const edge = await Gateway.start(node.dir, node.ports, node.flags).catch((error) => {
+  // As every launcher starts it: the flags derived again from the config, on what the crash left
+  // (`flags` refuses whatever `check` refuses, before the boot could complete the pair).
+  const flags = await derivedFlags(node.dir.config).catch((error) => {
+    throw new Error(`${what}: main.ts flags refused the node: ${error.message}`);
+  });
+  assert.deepEqual(flags, node.flags, `${what}: the same flags`);
+  const edge = await Gateway.start(node.dir, node.ports, flags).catch((error) => {
     throw new Error(`${what}: the edge did not start again: ${error.message}`);
   });
   try {

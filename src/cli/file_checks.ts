@@ -60,7 +60,10 @@ export class Referee {
    *
    * @returns "missing" when a file does not exist (reported as `missing` says), "ok" otherwise
    */
-  async pair(path: Path, options: { missing: Missing }): Promise<"ok" | "missing"> {
+  async pair(
+    path: Path,
+    options: { missing: Missing; pending?: boolean },
+  ): Promise<"ok" | "missing"> {
     const certPath = [...path, "cert_file"];
     const keyPath = [...path, "key_file"];
     const cert = await this.#read(certPath, "certificate file", MAX_PEM_BYTES, false, options);
@@ -82,16 +85,53 @@ export class Referee {
       return "ok";
     }
     if (!leaf.checkPrivateKey(privateKey)) {
-      this.#problem(
-        keyPath,
-        `The key does not belong to the certificate in ${this.#value(certPath)}`,
-      );
+      const mismatch = `The key does not belong to the certificate in ${this.#value(certPath)}`;
+      if (options.pending && await this.#completes(certPath, keyPath, leaf, privateKey)) {
+        this.#warn(
+          keyPath,
+          `${mismatch}, but a renewal left a pending pair beside them (.new) that makes a ` +
+            "whole pair: the node completes it when it starts",
+        );
+        return "ok";
+      }
+      this.#problem(keyPath, mismatch);
     }
     const notAfter = new Date(leaf.validTo);
     if (!(notAfter.getTime() > Date.now())) {
       this.#problem(certPath, `The certificate expired on ${notAfter.toISOString()}`);
     }
     return "ok";
+  }
+
+  /**
+   * True when the `.new` files beside a mismatched pair (what a renewal killed between its two
+   * renames leaves: the new key in place, its certificate in `<cert>.new`; or the reverse) make
+   * a whole pair with one of the files in place. Boot completes such a pair before reading it
+   * (live/node_pair.ts settlePair, which also checks its chain and its node).
+   */
+  async #completes(
+    certPath: Path,
+    keyPath: Path,
+    leaf: X509Certificate,
+    privateKey: ReturnType<typeof createPrivateKey>,
+  ): Promise<boolean> {
+    const pending = async (path: Path, secret: boolean) => {
+      const written = this.#value(path);
+      if (written === undefined) return undefined;
+      const options = { maxBytes: MAX_PEM_BYTES, secret };
+      return await readNamedFile(`${this.#resolve(written)}.new`, "file", options)
+        .catch(() => undefined);
+    };
+    const [certText, keyText] = [await pending(certPath, false), await pending(keyPath, true)];
+    try {
+      const newCert = certText === undefined ? undefined : new X509Certificate(certText);
+      const newKey = keyText === undefined ? undefined : createPrivateKey(keyText);
+      return (newCert !== undefined && newCert.checkPrivateKey(privateKey)) ||
+        (newKey !== undefined && leaf.checkPrivateKey(newKey)) ||
+        (newCert !== undefined && newKey !== undefined && newCert.checkPrivateKey(newKey));
+    } catch {
+      return false;
+    }
   }
 
   /** A CA certificate file: readable, and PEM certificates. */
@@ -209,6 +249,16 @@ export class Referee {
       this.#problem(path, capitalise((error as Error).message));
       return undefined;
     }
+  }
+
+  /** The text at `path`, or undefined (when it is missing or not text). */
+  text(path: Path): string | undefined {
+    return this.#value(path);
+  }
+
+  /** Records a warning about the field at `path`: it would run as written, but see `message`. */
+  warn(path: Path, message: string): void {
+    this.#warn(path, message);
   }
 
   #missing(path: Path, message: string, missing: Missing): void {

@@ -85,6 +85,8 @@ export class LogOutlet {
   #episodes = 0;
   /** The episode under way: its cause and lines lost so far. */
   #episode: { cause: "stalled" | "failed"; dropped: number } | undefined;
+  /** True once a write completed after the last loss: only that ends an episode. */
+  #wroteSinceLoss = true;
 
   /** @param options the stream, its writer, the queue bound and the episode listener */
   constructor(options: LogOutletOptions) {
@@ -139,6 +141,7 @@ export class LogOutlet {
         try {
           await this.#writeAll(bytes);
           this.#written += lines;
+          this.#wroteSinceLoss = true;
         } catch (error) {
           this.#lose(lines, "failed", error);
         }
@@ -146,7 +149,9 @@ export class LogOutlet {
     } finally {
       this.#pumping = undefined;
     }
-    this.#endEpisode();
+    // A destination that failed the last batch has not recovered: the episode goes on until a
+    // later line is written (else every failed batch of a dead reader was an episode of its own).
+    if (this.#wroteSinceLoss) this.#endEpisode();
   }
 
   /** Whole lines from the head of the queue, at most {@link PIPE_BUF} bytes (or one longer line). */
@@ -183,6 +188,7 @@ export class LogOutlet {
   /** Counts lost lines; the first loss of an episode is reported. */
   #lose(lines: number, cause: "stalled" | "failed", error?: unknown): void {
     this.#dropped += lines;
+    this.#wroteSinceLoss = false;
     if (this.#episode) {
       this.#episode.dropped += lines;
       return;
@@ -198,7 +204,7 @@ export class LogOutlet {
     });
   }
 
-  /** The queue drained: an episode under way is over. */
+  /** The queue drained with its last batch written: an episode under way is over. */
   #endEpisode(): void {
     const episode = this.#episode;
     if (!episode) return;
