@@ -41,6 +41,7 @@ import { readYaml, type YamlFile } from "./src/config/yaml_file.ts";
 import { isHubFile, loadHubConfig } from "./src/hub/config.ts";
 import { checkRuntimeFolder, runHubVerb, summarizeFolder } from "./src/hub/run.ts";
 import { ConfigError, formatProblem } from "./src/config/problems.ts";
+import { loadErrorPages } from "./src/config/errors_schema.ts";
 import { BootError } from "./src/boot/boot_error.ts";
 import { stopOnDebugSignal } from "./src/boot/debug_signal.ts";
 import { runTorpoolVerb } from "./src/cli/torpool.ts";
@@ -259,6 +260,7 @@ async function checkEdge(
 ): Promise<number> {
   const plan = await planEdge(config, LANES, {});
   await verify(verb, edgeReferences(source));
+  await loadErrorPages(config.errors, source);
   console.log(verb === "check" ? summarizePlan(plan) : formatFlags(requiredGrants(config)));
   return 0;
 }

@@ -60,6 +60,8 @@ export {
   loadConfig,
 } from "./src/config/load.ts";
 export { ConfigError, type ConfigProblem, formatProblem } from "./src/config/problems.ts";
+export type { BackendHeaders, Forwarding } from "./src/config/forwarding_schema.ts";
+export type { ErrorsConfig, ErrorTemplateSource } from "./src/config/errors_schema.ts";
 
 // Plan, permissions, start.
 export { type EdgePlan, planEdge, type PlannedLane } from "./src/edge/plan.ts";

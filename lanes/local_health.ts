@@ -7,7 +7,10 @@
  * Ready means able to serve every lane: besides boot and drain, `/readyz` is 503 (`lane_down`,
  * naming the lanes) while a lane has no live request worker — all its workers dead or restarting
  * (src/observe/worker_census.ts) — and `/v1/health` says which lane and why; a load balancer
- * polling readiness then moves users away until a replacement is armed.
+ * polling readiness then moves users away until a replacement is armed. Ready also means holding
+ * a verified tenant set with a tenant in it (src/live/readiness.ts): a remote edge is 503 until its
+ * hub's set or its verified cache is live, and the body's `reasons` say why (`no_set_yet`,
+ * `hub_unreachable` since when, `set_rejected`, `set_pending`, `no_tenants`).
  *
  * @module
  */
@@ -26,8 +29,9 @@ import {
 } from "../src/observe/metrics.ts";
 import { failureReply } from "../src/request/errors.ts";
 import type { LaneDescriptor } from "../src/pipeline/lane_table.ts";
-import { jsonReply, type Reply } from "../src/request/reply.ts";
-import { describeDown, lanesDown, type LaneWorkers } from "../src/observe/worker_census.ts";
+import { jsonReply } from "../src/request/reply.ts";
+import { lanesDown, type LaneWorkers } from "../src/observe/worker_census.ts";
+import { edgeReasons, type NotReadyReason, readinessReply } from "../src/live/readiness.ts";
 import { laneRouter } from "../src/server/lane_router.ts";
 
 const READ = ["GET", "HEAD"] as const;
@@ -62,24 +66,23 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
     {
       path: "/readyz",
       methods: READ,
-      handle: function readiness(context, services) {
-        if (services.state.draining) return failureReply("draining", context.requestId);
-        if (!services.state.ready) return failureReply("not_ready", context.requestId);
+      handle: async function readiness(context, services) {
         const down = lanesDown(services.worker.census?.() ?? []);
-        if (down.length > 0) return laneDownReply(context.requestId, down);
-        return jsonReply({ ready: true });
+        const lanes = down.length > 0 ? { lanes_down: down.map((lane) => lane.lane) } : {};
+        return readinessReply(await reasonsOf(services, down), context.requestId, lanes);
       },
     },
     {
       path: "/v1/health",
       methods: READ,
-      handle: function health(_context, services) {
+      handle: async function health(_context, services) {
         const census = services.worker.census?.() ?? [];
-        const down = lanesDown(census);
+        const reasons = await reasonsOf(services, lanesDown(census));
         return jsonReply({
           status: services.state.draining ? "draining" : "ok",
-          ready: services.state.ready && down.length === 0,
-          ...(down.length > 0 ? { reason: down.map(describeDown).join("; ") } : {}),
+          ready: reasons.length === 0,
+          reasons,
+          ...(reasons.length > 0 ? { reason: reasons.map((r) => r.message).join("; ") } : {}),
           lanes: lanesView(census),
           version: services.version,
           node_id: services.nodeId,
@@ -121,7 +124,8 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
           edge: {
             version: services.version,
             draining: services.state.draining,
-            ready: services.state.ready && lanesDown(services.worker.census?.() ?? []).length === 0,
+            ready: (await reasonsOf(services, lanesDown(services.worker.census?.() ?? [])))
+              .length === 0,
             sockets: socketsView(services),
             logs: logsView(services),
             workers: services.worker.census?.(),
@@ -215,16 +219,30 @@ export const localHealthLane: LaneDescriptor<EdgeServices> = {
 };
 
 /**
- * `/readyz` while a lane has no live worker: 503 with the error envelope (`lane_down`) and the
- * lanes that are down, so an operator reading the probe sees which.
+ * Why the edge is not ready now (none: ready), for `/readyz`, `/v1/health` and `/metrics` alike:
+ * drain, boot, lanes with no live worker (`down`), and the live tenant set — held or not, verified
+ * or not, with a tenant or not — with the hub follower's view of why (src/live/readiness.ts).
  */
-function laneDownReply(requestId: string, down: readonly LaneWorkers[]): Reply {
-  const reply = failureReply("lane_down", requestId);
-  const envelope = JSON.parse(reply.body as string);
-  return {
-    ...reply,
-    body: JSON.stringify({ ...envelope, lanes_down: down.map((lane) => lane.lane) }),
-  };
+async function reasonsOf(
+  services: EdgeServices,
+  down: readonly LaneWorkers[],
+): Promise<NotReadyReason[]> {
+  const store = services.config;
+  const live = store.current;
+  const rejected = store.rejectionSuperseded ? undefined : store.lastRejected;
+  const follower = services.hubStatus ? await services.hubStatus() : undefined;
+  return edgeReasons({
+    draining: services.state.draining,
+    armed: services.state.ready,
+    down,
+    set: {
+      generation: live.number,
+      tenants: live.registry.tenants.length,
+      rejection: rejected && { at: rejected.at, problems: rejected.problems.length },
+      follower,
+      emptyTenants: services.emptyTenants ?? "not_ready",
+    },
+  });
 }
 
 /**

@@ -57,7 +57,15 @@ Deno.test("loadConfig() applies defaults for timeouts, limits and drain", async 
     tunnelIdleMs: undefined,
   });
   assert.deepEqual(config.paths, { mergeSlashes: true, escapedSlashes: "reject" });
-  assert.deepEqual(config.forwarding.via, "portcullis");
+  // Nothing names the gateway by default (issue 34): no Via either way, no backend headers.
+  assert.deepEqual(config.forwarding.via, { backends: undefined, clients: undefined });
+  assert.deepEqual(config.forwarding.backendHeaders, {
+    tenant: undefined,
+    route: undefined,
+    requestId: undefined,
+  });
+  assert.equal(config.forwarding.healthUserAgent, undefined);
+  assert.equal(config.admin.realm, undefined);
   assert.equal(config.forwarding.clientIpHeaders.length, 48);
   assert.equal(config.sharedEventLoop, false);
   assert.deepEqual(config.limits, { headerBytes: 16_384, headers: 100, targetBytes: 8192 });

@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { parse } from "yaml";
+import { renderUnit } from "../scripts/unit.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const EXAMPLE = `${ROOT}deploy/example`;
@@ -179,6 +180,28 @@ Deno.test("scripts/unit.ts: TimeoutStopSec follows drain.lame_duck_ms + timeout_
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("scripts/unit.ts: what the binary may write stays writable under ProtectSystem=strict", () => {
+  const place = {
+    binary: "/usr/local/bin/portcullis-hub",
+    workdir: "/etc/hub",
+    config: "hub.yaml",
+  };
+  const flags = "--allow-net=127.0.0.1:9443 --allow-read=hub.yaml,ca " +
+    "--allow-write=ca/issued,ca/hub-state,/var/lib/hub/doors-state";
+  const service = serviceDirectives(renderUnit({ role: "hub", nodeId: "hub-1", flags }, place));
+  assert.deepEqual(service.get("ReadWritePaths"), [
+    "-/etc/hub/ca/issued",
+    "-/etc/hub/ca/hub-state",
+    "-/var/lib/hub/doors-state",
+  ]);
+  assert.deepEqual(service.get("ProtectSystem"), ["strict"]);
+  const readOnly = renderUnit(
+    { role: "hub", nodeId: "hub-1", flags: "--allow-read=hub.yaml" },
+    place,
+  );
+  assert.equal(serviceDirectives(readOnly).get("ReadWritePaths"), undefined, "no grant, no path");
 });
 
 /** Runs `scripts/compile.ts --print` and splits the command line it prints. */

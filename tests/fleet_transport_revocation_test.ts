@@ -11,6 +11,7 @@ import { freePorts } from "./fixtures/gateway.ts";
 import { SocksFixture } from "./fixtures/socks5.ts";
 import { relayClient } from "./fixtures/socks_hub.ts";
 import { revokeNode } from "../src/trust/crl.ts";
+import { encodePreamble } from "../src/egress/relay_preamble.ts";
 
 boundedTest(
   "fleet transport: the relay serves a registered edge, and refuses it once revoked",
@@ -33,7 +34,7 @@ boundedTest(
           ca: fleet.rootPem,
           cert: edge.chainPem,
           key: edge.keyPem,
-          alpn: [`portcullis-socks/${pool.port}`],
+          preamble: encodePreamble(pool.port),
         });
       const before = await dial();
       assert.equal(before.handshake, true);

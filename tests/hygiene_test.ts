@@ -16,7 +16,20 @@ import {
 
 const TRUSTED = AddressSet.of(["10.0.0.0/8", "2001:db8::/32"]);
 
-/** An untrusted IPv4 peer on the public lane unless told. */
+/**
+ * The backend headers under their pre-issue-34 names: the operator's explicit choice these tests
+ * opt in to, so the identity rules keep their coverage (the default, none, is tested apart).
+ */
+const LEGACY_NAMED = {
+  backendHeaders: {
+    tenant: "X-Portcullis-Tenant",
+    route: "X-Portcullis-Route",
+    requestId: "X-Portcullis-Request-Id",
+  },
+  owned: new Set(["x-portcullis-tenant", "x-portcullis-route", "x-portcullis-request-id"]),
+};
+
+/** An untrusted IPv4 peer on the public lane unless told, with the legacy backend headers. */
 function context(overrides: Partial<ForwardContext> = {}): ForwardContext {
   return {
     peer: "203.0.113.7",
@@ -28,6 +41,7 @@ function context(overrides: Partial<ForwardContext> = {}): ForwardContext {
     route: "api",
     authority: "10.0.0.5:8080",
     upgrade: false,
+    ...LEGACY_NAMED,
     ...overrides,
   };
 }

@@ -15,6 +15,7 @@ import { request } from "./fixtures/http_client.ts";
 import { balancedLedger, bootEdge, type TestEdge } from "./fixtures/in_process.ts";
 import { SocksRecorder } from "./fixtures/socks_recorder.ts";
 import { UpstreamFixture } from "./fixtures/upstream.ts";
+import { withLegacyHeaders } from "./fixtures/named_headers.ts";
 
 const TENANTS = ["a.test", "b.test"];
 
@@ -43,6 +44,7 @@ async function withTwoTenants(
           socks: [{ hostname: "127.0.0.1", port: socks.port }],
           ...(isolate === undefined ? {} : { isolate_tenants: isolate }),
         };
+        withLegacyHeaders(config); // the SOCKS recorder reads the tenant from X-Portcullis-Tenant
       },
     });
     await body(t, socks);

@@ -23,6 +23,7 @@ import { waitFor } from "./fixtures/in_process.ts";
 import { startMicrosocks } from "./fixtures/microsocks.ts";
 import { peerTest } from "./fixtures/require.ts";
 import { UpstreamFixture } from "./fixtures/upstream.ts";
+import { LEGACY_BACKEND_HEADERS } from "./fixtures/named_headers.ts";
 
 const HOST = "proxied.test";
 
@@ -38,6 +39,8 @@ peerTest(
       const ports: LanePorts = { public: publicPort, local_health: healthPort, provider_health: 0 };
       const config = proofConfig(ports, {
         egress: { socks: [{ hostname: "127.0.0.1", port: socks.port }] },
+        // The operator's explicit choice of the backend headers' names (default: none).
+        forwarding: { backend_headers: { ...LEGACY_BACKEND_HEADERS } },
       });
       const tenant = {
         host: HOST,

@@ -45,7 +45,7 @@ Deno.test("DoorsSchema: defaults, resolved paths, and the prober's one grant", (
   assert.ok(probing.ok);
   assert.equal(
     formatFlags(doorsGrants(resolveDoorsConfig(probing.value, (p) => p))),
-    "--allow-net=check-host.net:443 --allow-read=m,s",
+    "--allow-net=check-host.net:443 --allow-read=m,s,doors-state --allow-write=doors-state",
   );
 });
 

@@ -171,10 +171,11 @@ Deno.test("planEdge() narrows a lane's allowlist to the paths the config keeps",
   const table = plan.lanes[1].table;
   assert.deepEqual(table.paths, ["/healthz", "/readyz"]);
   // As the lane's allowlist phase serves a request (its router, a Hono app, answers every one);
-  // the services hold only what the kept routes read.
+  // the services hold only what the kept routes read (readiness: a live set with a tenant).
   const services = {
     state: { draining: false, ready: true },
     worker: { index: 0, count: 1 },
+    config: { current: { number: 1, registry: { tenants: [{}] } }, rejectionSuperseded: false },
   } as unknown as EdgeServices;
   const answer = async (method: string, path: string) => {
     const context = {

@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { exchange, json, renderRequest } from "./fixtures/http_client.ts";
 import { type Echo, SHOP, single, values, withProxyEdge } from "./fixtures/proxy_edge.ts";
+import { withLegacyHeaders } from "./fixtures/named_headers.ts";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -44,7 +45,7 @@ Deno.test("proxy upstream headers: Host is the backend authority, query kept, ho
 });
 
 Deno.test("proxy upstream headers: client X-Portcullis-* in any spelling replaced by the gateway's", async () => {
-  await withProxyEdge({}, async (p) => {
+  await withProxyEdge({ edit: withLegacyHeaders }, async (p) => {
     const response = await p.send({
       path: "/api/echo",
       headers: [
@@ -120,7 +121,7 @@ Deno.test("proxy upstream headers: trusted peer's X-Forwarded-For chain extended
 });
 
 Deno.test("proxy request id: a valid inbound X-Request-Id is forwarded and echoed", async () => {
-  await withProxyEdge({}, async (p) => {
+  await withProxyEdge({ edit: withLegacyHeaders }, async (p) => {
     const response = await p.send({ path: "/api/echo", headers: [["X-Request-Id", "abc-123"]] });
     assert.equal(response.status, 200);
     const echo = json<Echo>(response);
@@ -132,7 +133,7 @@ Deno.test("proxy request id: a valid inbound X-Request-Id is forwarded and echoe
 });
 
 Deno.test("proxy request id: an invalid inbound X-Request-Id is replaced by a minted one", async () => {
-  await withProxyEdge({}, async (p) => {
+  await withProxyEdge({ edit: withLegacyHeaders }, async (p) => {
     for (const bad of ["x".repeat(200), "has\ttab inside\t"]) {
       const response = await p.send({ path: "/api/echo", headers: [["X-Request-Id", bad]] });
       assert.equal(response.status, 200);

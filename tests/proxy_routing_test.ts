@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { json } from "./fixtures/http_client.ts";
 import { envelope } from "./fixtures/in_process.ts";
 import { type Echo, single, type Site, withProxyEdge } from "./fixtures/proxy_edge.ts";
+import { withLegacyHeaders } from "./fixtures/named_headers.ts";
 
 function rewriteRoutes(site: Site): Record<string, unknown>[] {
   const backends = [{ url: site.backend }];
@@ -35,7 +36,7 @@ function rewriteRoutes(site: Site): Record<string, unknown>[] {
 }
 
 Deno.test("proxy rewrite: strip_prefix, replace with {param} and regex with $1/${name} keep the query", async () => {
-  await withProxyEdge({ routes: rewriteRoutes }, async (p) => {
+  await withProxyEdge({ routes: rewriteRoutes, edit: withLegacyHeaders }, async (p) => {
     const cases: [string, string, string][] = [
       ["/api/echo?q=1", "/echo?q=1", "strip"],
       ["/api/", "/", "strip"],
@@ -72,7 +73,7 @@ function criteriaRoutes(site: Site): Record<string, unknown>[] {
 }
 
 Deno.test("proxy route criteria: header, query and cookie conditions are AND-ed", async () => {
-  await withProxyEdge({ routes: criteriaRoutes }, async (p) => {
+  await withProxyEdge({ routes: criteriaRoutes, edit: withLegacyHeaders }, async (p) => {
     const routeOf = async (path: string, headers: [string, string][]) => {
       const response = await p.send({ path, headers });
       if (response.status !== 200) return `${response.status} ${envelope(response).code}`;
@@ -101,7 +102,7 @@ Deno.test("proxy route criteria: header, query and cookie conditions are AND-ed"
 });
 
 Deno.test("proxy route criteria: a miss is a 404 no_route envelope that never reaches the upstream", async () => {
-  await withProxyEdge({ routes: criteriaRoutes }, async (p) => {
+  await withProxyEdge({ routes: criteriaRoutes, edit: withLegacyHeaders }, async (p) => {
     const response = await p.send({ path: "/m/echo?v=2", headers: [["X-Beta", "on"]] });
     assert.equal(response.status, 404);
     const error = envelope(response);

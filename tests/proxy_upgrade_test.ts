@@ -18,6 +18,7 @@ import {
   values,
   withProxyEdge,
 } from "./fixtures/proxy_edge.ts";
+import { withLegacyHeaders } from "./fixtures/named_headers.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -39,7 +40,7 @@ const routes = (site: Site) => [
 ];
 
 Deno.test("proxy upgrade: a 101 tunnel echoes through SOCKS and holds one reservation until closed", async () => {
-  await withProxyEdge({ routes }, async (p) => {
+  await withProxyEdge({ routes, edit: withLegacyHeaders }, async (p) => {
     const before = await p.t.ledger();
     const { conn, close } = await rawConnection(p);
     try {
@@ -94,7 +95,7 @@ Deno.test("proxy upgrade: a 101 tunnel echoes through SOCKS and holds one reserv
 });
 
 Deno.test("proxy upgrade: an Upgrade request to a respond route gets the ordinary response", async () => {
-  await withProxyEdge({ routes }, async (p) => {
+  await withProxyEdge({ routes, edit: withLegacyHeaders }, async (p) => {
     const raw = await exchange(
       p.t.ports.public,
       `GET /static HTTP/1.1\r\nHost: ${SHOP}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n`,

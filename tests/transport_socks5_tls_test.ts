@@ -1,11 +1,12 @@
 /**
  * The `socks5_tls` transport end to end: an edge whose SOCKS instances are a hub's pool ports,
- * each dialled in mutual TLS to the hub's relay with ALPN `portcullis-socks/<port>`. A public
+ * each dialled in mutual TLS to the hub's relay, the port named by a preamble inside the stream
+ * (`transport_socks5_tls_wire_test.ts` tests what the wire shows and every bad preamble). A public
  * request reaches the upstream through the relay and a pool double; the edge's `--allow-net`
  * holds its listeners and the hub's address, no pool port; the relay refuses a client without a
- * certificate, with another CA's, of a node not in `api.nodes`, with no ALPN or naming a port not
- * in the pool; a pool double that dies opens that port's breaker on the edge while requests keep
- * succeeding on the other.
+ * certificate, with another CA's, of a node not in `api.nodes`, with no preamble or one naming a
+ * port not in the pool; a pool double that dies opens that port's breaker on the edge while
+ * requests keep succeeding on the other.
  *
  * @module
  */
@@ -13,6 +14,7 @@ import assert from "node:assert/strict";
 import { stringify } from "yaml";
 import { formatFlags, requiredGrants } from "../src/boot/flags.ts";
 import { isolatesTenants } from "../src/config/egress_schema.ts";
+import { encodePreamble } from "../src/egress/relay_preamble.ts";
 import { loadConfig } from "../src/config/load.ts";
 import { ConfigError, formatPath } from "../src/config/problems.ts";
 import { parseYaml } from "../src/config/yaml_file.ts";
@@ -80,37 +82,48 @@ Deno.test("socks5_tls: the edge's --allow-net holds its listeners and the hub's 
   });
 });
 
-Deno.test("socks5_tls: the relay refuses no certificate, another CA's, a node not in api.nodes, and a bad ALPN", async () => {
+Deno.test("socks5_tls: the relay refuses no certificate, another CA's, a node not in api.nodes, and a bad preamble", async () => {
   await withSocksHub({ nodes: ["edge-1"] }, async (hub) => {
     const ca = hub.pki.ca.certPem;
     const port = hub.socks[0].port;
-    const alpn = [`portcullis-socks/${port}`];
-    const edge = { ca, cert: hub.edge.certPem, key: hub.edge.keyPem };
+    const alpn = ["http/1.1"];
+    const preamble = encodePreamble(port);
+    const edge = { ca, cert: hub.edge.certPem, key: hub.edge.keyPem, preamble };
     const other = await TestPki.create();
     try {
       const foreign = await other.issue("edge-1");
       const stranger = await hub.pki.issue("edge-2");
       const answers = {
         accepted: await relayClient(hub.relayPort, { ...edge, alpn }),
-        noCertificate: await relayClient(hub.relayPort, { ca, alpn }),
+        noCertificate: await relayClient(hub.relayPort, { ca, alpn, preamble }),
         otherCa: await relayClient(hub.relayPort, {
           ca,
           cert: foreign.certPem,
           key: foreign.keyPem,
           alpn,
+          preamble,
         }),
         notInNodes: await relayClient(hub.relayPort, {
           ca,
           cert: stranger.certPem,
           key: stranger.keyPem,
           alpn,
+          preamble,
         }),
-        portNotInPool: await relayClient(hub.relayPort, { ...edge, alpn: ["portcullis-socks/1"] }),
-        noAlpn: await relayClient(hub.relayPort, edge),
-        otherProtocol: await relayClient(hub.relayPort, { ...edge, alpn: ["http/1.1"] }),
+        portNotInPool: await relayClient(hub.relayPort, {
+          ...edge,
+          alpn,
+          preamble: encodePreamble(1),
+        }),
+        noPreamble: await relayClient(hub.relayPort, { ...edge, preamble: undefined, alpn }),
+        oldAlpn: await relayClient(hub.relayPort, { ...edge, alpn: [`portcullis-socks/${port}`] }),
       };
       // Only the accepted client reached a SOCKS server: it chose "no auth" (0x05 0x00).
-      assert.deepEqual(answers.accepted, { handshake: true, reply: [0x05, 0x00] });
+      assert.deepEqual(answers.accepted, {
+        handshake: true,
+        reply: [0x05, 0x00],
+        alpn: "http/1.1",
+      });
       for (const [name, answer] of Object.entries(answers)) {
         if (name !== "accepted") assert.deepEqual(answer.reply, [], `${name} got no SOCKS reply`);
       }
@@ -118,7 +131,8 @@ Deno.test("socks5_tls: the relay refuses no certificate, another CA's, a node no
       assert.equal(hub.socks[1].accepted, 0);
       const refused = hub.t.hub.relay!.snapshot().refused;
       assert.equal(refused.node, 1, "edge-2 finished its handshake and was refused as a node");
-      assert.equal(refused.alpn, 1, "no ALPN finished its handshake and was refused");
+      assert.equal(refused.preamble, 2, "no preamble and a port not in the pool were refused");
+      assert.equal(answers.oldAlpn.handshake, false, "the old ALPN is never selected");
     } finally {
       await other.dispose();
     }

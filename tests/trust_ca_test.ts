@@ -67,7 +67,7 @@ Deno.test("initCa() makes root, intermediate and hub certificates that chain, ke
     const hubChain = certificatesOf(await Deno.readTextFile(files.hubCert));
     assert.equal(hubChain.length, 2);
     assert.equal(hubChain[1].serialNumber, middle.serialNumber);
-    assert.equal(root.subject, "CN=Portcullis fleet root");
+    assert.equal(root.subject, "CN=fleet root");
     assert.equal(hubChain[0].subject, "CN=hub.test");
 
     const rootBasic = root.getExtension(x509.BasicConstraintsExtension)!;
@@ -104,8 +104,8 @@ Deno.test("initCa() makes root, intermediate and hub certificates that chain, ke
       .build(hubChain[0], crypto);
     assert.deepEqual([...chain].map((cert) => cert.subject), [
       "CN=hub.test",
-      "CN=Portcullis fleet intermediate",
-      "CN=Portcullis fleet root",
+      "CN=fleet intermediate",
+      "CN=fleet root",
     ]);
     assert.ok(await root.verify({ signatureOnly: true }, crypto));
     assert.ok(await middle.verify({ publicKey: root.publicKey, signatureOnly: true }, crypto));
@@ -139,6 +139,27 @@ Deno.test("initCa() refuses a folder that already holds a CA, naming the file, a
     await assert.rejects(() => initCa(`${other}/x`, { names: [] }), RangeError);
     await assert.rejects(() => initCa(`${other}/y`, { names: ["a b"] }), RangeError);
     await Deno.remove(other, { recursive: true });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("initCa() names its CA certificates by the operator's label; by default they name no product", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const labelled = await initCa(`${dir}/a`, { names: ["hub.test"], label: "ops 7" });
+    const [root] = certificatesOf(await Deno.readTextFile(labelled.rootCert));
+    const [middle] = certificatesOf(await Deno.readTextFile(labelled.intermediateCert));
+    assert.deepEqual([root.subject, middle.subject], ["CN=ops 7 root", "CN=ops 7 intermediate"]);
+    const plain = await initCa(`${dir}/b`, { names: ["hub.test"] });
+    for (const file of [plain.rootCert, plain.intermediateCert, plain.hubCert]) {
+      for (const cert of certificatesOf(await Deno.readTextFile(file))) {
+        assert.doesNotMatch(`${cert.subject} ${cert.issuer}`, /portcullis/i, file);
+      }
+    }
+    for (const label of ["", "a,CN=x", "x".repeat(49), "é"]) {
+      await assert.rejects(() => initCa(`${dir}/c`, { names: ["hub.test"], label }), RangeError);
+    }
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

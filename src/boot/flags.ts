@@ -21,6 +21,7 @@ import {
   runsWorkers,
 } from "../config/load.ts";
 import { LANE_NAMES, type LaneName } from "../ledger/lane_names.ts";
+import { templateFiles } from "../config/errors_schema.ts";
 
 /** One permission the process must hold, and why. */
 export interface Grant {
@@ -123,6 +124,9 @@ export function requiredGrants(
   }
   if (config.adminGate) {
     grants.push({ name: "read", value: config.adminGate.file, purpose: "admin gate" });
+  }
+  for (const file of templateFiles(config.errors)) {
+    grants.push({ name: "read", value: file, purpose: "error template" });
   }
   if (config.acme) {
     grants.push({

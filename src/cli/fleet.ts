@@ -37,7 +37,8 @@ import { type HubConfig, isHubFile, loadHubConfig } from "../hub/config.ts";
 export const FLEET_VERBS: readonly string[] = ["init-ca", "add-node", "revoke", "migrate-ca"];
 
 /** Usage lines for the fleet verbs. */
-export const FLEET_USAGE = `       portcullis hub init-ca <hub.yaml> [--name <host or IP>]...
+export const FLEET_USAGE =
+  `       portcullis hub init-ca <hub.yaml> [--name <host or IP>]... [--label <CA name>]
        portcullis hub add-node <hub.yaml> <node_id> [--type edge|door] [--reprovision]
        portcullis hub revoke <hub.yaml> <node_id> [--reason keyCompromise|superseded|...]
        portcullis hub migrate-ca <hub.yaml>`;
@@ -60,7 +61,9 @@ export async function runFleetVerb(verb: string, args: readonly string[]): Promi
   }
   const config = await hubConfig(operands[0]);
   if (typeof config === "string") return usage(config);
-  if (verb === "init-ca") return await initFleetCa(config, options.name ?? []);
+  if (verb === "init-ca") {
+    return await initFleetCa(config, options.name ?? [], options.label?.at(-1));
+  }
   if (verb === "migrate-ca") return await migrateCa(config);
   const nodeId = operands[1];
   if (!NODE_ID.test(nodeId)) {
@@ -74,11 +77,23 @@ export async function runFleetVerb(verb: string, args: readonly string[]): Promi
   return await revoke(config, nodeId, options.reason?.at(-1));
 }
 
-/** Makes the CA in `ca.dir`. */
-async function initFleetCa(config: HubConfig, names: readonly string[]): Promise<number> {
+/** Makes the CA in `ca.dir`, its certificates named `<label> root` and `<label> intermediate`. */
+async function initFleetCa(
+  config: HubConfig,
+  names: readonly string[],
+  label: string | undefined,
+): Promise<number> {
   if (!config.ca) return refuse(`${config.file} has no ca: add ca: {dir: ...} first`);
   if (names.length === 0) return usage("init-ca needs at least one --name (the hub's host or IP)");
-  const files = await initCa(config.ca.files.dir, { names });
+  let files;
+  try {
+    files = await initCa(config.ca.files.dir, { names, label });
+  } catch (error) {
+    if (error instanceof RangeError && label !== undefined) {
+      return usage(`--label: ${error.message}`);
+    }
+    throw error;
+  }
   console.log([
     `portcullis: fleet CA made in ${files.dir}`,
     `  root ${files.rootCert} (give it to nodes as hub.ca_file)`,
@@ -241,7 +256,7 @@ function parseArgs(
       (options[name] ??= []).push("");
       continue;
     }
-    if (!["name", "type", "reason"].includes(name)) return `Unknown option ${arg}`;
+    if (!["name", "type", "reason", "label"].includes(name)) return `Unknown option ${arg}`;
     if (i + 1 >= args.length) return `${arg} needs a value`;
     (options[name] ??= []).push(args[++i]);
   }

@@ -17,6 +17,7 @@
  * @module
  */
 import type { YamlFile } from "../config/yaml_file.ts";
+import { SOCKS5_TLS_WARNING } from "../egress/transport.ts";
 import { type Findings, type Path, Referee } from "./file_checks.ts";
 
 export type { Findings };
@@ -47,6 +48,9 @@ export async function edgeReferences(source: YamlFile): Promise<Findings> {
   await check.secret(["admin", "token_file"]);
   await check.salt(["observe", "salt_file"]);
   const transport = ["egress", "transport"];
+  if (check.text([...transport, "kind"]) === "socks5_tls") {
+    check.warn([...transport, "kind"], SOCKS5_TLS_WARNING);
+  }
   if (check.has([...transport, "cert_file"])) {
     await check.pair(transport, { missing: "problem" });
     await check.caFile([...transport, "ca_file"]);
@@ -81,6 +85,9 @@ export async function doorReferences(source: YamlFile): Promise<Findings> {
  */
 export async function hubReferences(source: YamlFile): Promise<Findings> {
   const check = new Referee(source);
+  if (check.has(["transport", "socks5_tls"])) {
+    check.warn(["transport", "socks5_tls"], SOCKS5_TLS_WARNING);
+  }
   for (
     const block of [["api", "tls"], ["transport", "socks5_tls"], ["transport", "https_tunnel"]]
   ) {

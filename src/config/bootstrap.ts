@@ -7,7 +7,9 @@
 import * as v from "valibot";
 import { parseCidr } from "../request/cidr.ts";
 import { EgressSchema } from "./egress_schema.ts";
-import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
+import { ForwardingSchema } from "./forwarding_schema.ts";
+import { ErrorsSchema } from "./errors_schema.ts";
+import { IpLiteral, Port, Realm, SocketPath, Text, wholeNumber } from "./fields.ts";
 import { HostName } from "./tenant_schema.ts";
 import { RedisUrl } from "./policy_schema.ts";
 
@@ -171,38 +173,6 @@ export const HubClient = v.strictObject({
   grace_seconds: v.optional(wholeNumber(0, 86_400), 30),
 });
 
-/**
- * True for a header name the gateway itself writes, removes or frames with (any case, `_` for
- * `-`): listing it as a client-address claim would let a trusted proxy's copy pass beside the
- * gateway's own.
- */
-export function gatewayOwned(name: string): boolean {
-  const folded = name.toLowerCase().replaceAll("_", "-");
-  return OWNED.has(folded) || folded.startsWith("x-forwarded-") ||
-    folded.startsWith("x-portcullis-");
-}
-
-const OWNED: ReadonlySet<string> = new Set([
-  "host",
-  "content-length",
-  "transfer-encoding",
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "te",
-  "trailer",
-  "upgrade",
-  "via",
-  "forwarded",
-  "x-real-ip",
-  "x-request-id",
-  "x-original-url",
-  "x-rewrite-url",
-  "proxy-authorization",
-  "proxy-authenticate",
-  "http2-settings",
-]);
-
 /** The bootstrap config schema. */
 export const BootstrapSchema = v.strictObject({
   /** Optional marker; a hub's config says `role: hub`. */
@@ -241,7 +211,14 @@ export const BootstrapSchema = v.strictObject({
    * Who may act on the edge through `local_health` (drain, reloads): a bearer token read from
    * `token_file`. Without it, only a client of a Unix socket listener may act.
    */
-  admin: v.optional(v.strictObject({ token_file: v.optional(Text) }), {}),
+  admin: v.optional(
+    v.strictObject({
+      token_file: v.optional(Text),
+      /** The realm of the `Bearer` challenge a refused request gets (default: none). */
+      realm: v.optional(Realm),
+    }),
+    {},
+  ),
   /** Remote mode: where the last good generation is kept across restarts. */
   cache_dir: v.optional(Text),
   lanes: v.strictObject({
@@ -279,40 +256,11 @@ export const BootstrapSchema = v.strictObject({
     }),
     {},
   ),
-  /** How forwarded messages are marked. */
-  forwarding: v.optional(
-    v.strictObject({
-      /** The Via pseudonym (RFC 9110 §7.6.3), never the node id; false writes no Via. */
-      via: v.optional(
-        v.union(
-          [
-            v.literal(false),
-            v.pipe(
-              v.string(),
-              v.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$/, "Expected a token"),
-            ),
-          ],
-          "Expected a pseudonym (a token such as portcullis) or false",
-        ),
-        "portcullis",
-      ),
-      /** Client-address headers passed upstream only from trusted_proxies (names, any case). */
-      client_ip_headers: v.optional(
-        v.array(
-          v.pipe(
-            v.string("Expected a header name"),
-            v.regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$/, "Expected a header name"),
-            v.check(
-              (name) => !gatewayOwned(name),
-              "The gateway writes or removes this header itself; it cannot be a client-address claim",
-            ),
-          ),
-          "Expected a list of header names",
-        ),
-      ),
-    }),
-    {},
-  ),
+  /**
+   * How forwarded messages and health probes are marked (forwarding_schema.ts): by default nothing
+   * in them names the gateway.
+   */
+  forwarding: v.optional(ForwardingSchema, {}),
   limits: v.optional(
     v.strictObject({
       header_bytes: v.optional(wholeNumber(1024, 1_048_576), 16_384),
@@ -329,6 +277,20 @@ export const BootstrapSchema = v.strictObject({
        * stops, so a load balancer polling `/readyz` moves traffic away first (0: stop at once).
        */
       lame_duck_ms: v.optional(wholeNumber(0, 600_000), 5000),
+    }),
+    {},
+  ),
+  /** What `/readyz` reports beside boot, drain and live workers (src/live/readiness.ts). */
+  readiness: v.optional(
+    v.strictObject({
+      /**
+       * A live tenant set with no tenant, where every host is a miss: `not_ready` (the default) or
+       * `ready` all the same (an edge that is meant to start empty).
+       */
+      empty_tenants: v.optional(
+        v.picklist(["not_ready", "ready"], 'Expected "not_ready" or "ready"'),
+        "not_ready",
+      ),
     }),
     {},
   ),
@@ -385,6 +347,8 @@ export const BootstrapSchema = v.strictObject({
    * The fleet stores (Redis-protocol servers) tenant policies may name in `store.redis.url`: each
    * is one more net grant in `flags`. Their keys are hashed with `observe.salt_file`.
    */
+  /** How the gateway's own failure replies read (default: the reason phrase, nothing more). */
+  errors: ErrorsSchema,
   policy_stores: v.optional(v.array(RedisUrl, "Expected a list of redis:// URLs"), []),
   /** Peers whose X-Forwarded-For is believed (CIDRs); empty trusts nobody. */
   trusted_proxies: v.optional(

@@ -9,6 +9,8 @@ import type { LaneName } from "../ledger/lane_names.ts";
 import type { PathRules } from "../request/canonical_path.ts";
 import type { LaneLedgerConfig } from "./bootstrap.ts";
 import type { EgressConfig } from "./egress_schema.ts";
+import type { Forwarding } from "./forwarding_schema.ts";
+import type { ErrorsConfig } from "./errors_schema.ts";
 import type { RuntimeSource } from "./runtime_source.ts";
 import type { YamlFile } from "./yaml_file.ts";
 import type { RelayPacing } from "../request/relay_memory.ts";
@@ -79,12 +81,13 @@ export interface EdgeConfig {
   };
   /** How request paths are made canonical. */
   readonly paths: PathRules;
-  /** The Via pseudonym and the client-address headers kept only from trusted proxies. */
-  readonly forwarding: {
-    readonly via?: string;
-    /** Lower case. */
-    readonly clientIpHeaders: readonly string[];
-  };
+  /**
+   * The Via pseudonyms, the headers naming tenant, route and request id to backends, the
+   * client-address headers kept only from trusted proxies, the health probes' User-Agent.
+   */
+  readonly forwarding: Forwarding;
+  /** How the gateway's own failure replies read (`errors`), template paths resolved. */
+  readonly errors: ErrorsConfig;
   /** Request-head limits: header bytes, header count, request-target bytes. */
   readonly limits: {
     readonly headerBytes: number;
@@ -95,6 +98,8 @@ export interface EdgeConfig {
   readonly drainMs: number;
   /** How long readiness reports the drain while the public lane still admits (ms). */
   readonly lameDuckMs: number;
+  /** What readiness says of a live set with no tenant (`readiness.empty_tenants`). */
+  readonly emptyTenants: "not_ready" | "ready";
   /** Collections paced by relayed bytes (request/relay_memory.ts). */
   readonly memory: RelayPacing;
   /** TLS on the public lane's listeners, when configured. */
@@ -117,7 +122,11 @@ export interface EdgeConfig {
   /** Fleet stores tenant policies may use (`redis://host:port[/db]`). */
   readonly policyStores: readonly string[];
   /** The admin credential for `local_health`'s acting endpoints. */
-  readonly admin: { readonly tokenFile?: string };
+  readonly admin: {
+    readonly tokenFile?: string;
+    /** The realm of the Bearer challenge; absent: a challenge without one. */
+    readonly realm?: string;
+  };
   /** Tenant-label salt, access log and diagnostics. */
   readonly observe: {
     readonly saltFile?: string;

@@ -4,7 +4,7 @@
  * timeouts, breaker, negative cache and retry numbers of the proxy dataplane.
  *
  * With `transport`, the SOCKS instances are the hub's pool ports: `socks5_tls` dials the hub's
- * relay in mutual TLS and names the port by ALPN; `https_tunnel` opens a WebSocket to the hub's
+ * relay in mutual TLS and names the port inside the stream; `https_tunnel` opens a WebSocket to the hub's
  * mutual-TLS endpoint per connection and names the port in its first message; `wireguard` dials
  * `hub:<port>` in plain TCP over the operator's tunnel. `load.ts` turns either into the instance list the egress uses
  * ({@link EgressConfig}), each entry the address the edge connects to — so `--allow-net` holds the
@@ -15,7 +15,7 @@
 import * as v from "valibot";
 import { parseCidr } from "../request/cidr.ts";
 import { splitTarget } from "../request/host.ts";
-import { IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
+import { AlpnProtocols, IpLiteral, Port, SocketPath, Text, wholeNumber } from "./fields.ts";
 
 /** `host:port` as `--allow-net` spells it (IPv6 in brackets). */
 export const HostPort: v.GenericSchema<string> = v.pipe(
@@ -67,7 +67,15 @@ const hubTlsFields = {
 };
 
 /** SOCKS5 inside mutual TLS to the hub's relay (`transport.socks5_tls` of the hub config). */
-const Socks5TlsTransport = v.strictObject({ kind: v.literal("socks5_tls"), ...hubTlsFields });
+const Socks5TlsTransport = v.strictObject({
+  kind: v.literal("socks5_tls"),
+  ...hubTlsFields,
+  /**
+   * The ALPN protocols the ClientHello offers (default `[http/1.1]`; `[]`: none). The hub's
+   * `transport.socks5_tls.alpn` must select one of them, or be empty. The pool port is never here.
+   */
+  alpn: v.optional(AlpnProtocols, ["http/1.1"]),
+});
 
 /**
  * A WebSocket per SOCKS connection to the hub's mutual-TLS endpoint (`transport.https_tunnel` of
@@ -207,6 +215,8 @@ export interface HubTlsTransportFields {
 export interface Socks5TlsTransportConfig extends HubTlsTransportFields {
   /** The transport's kind. */
   kind: "socks5_tls";
+  /** The ALPN protocols offered (`[]`: none); never the pool port, which travels inside TLS. */
+  alpn: string[];
 }
 
 /** `egress.transport` of kind `https_tunnel`: a WebSocket per SOCKS connection to the hub. */

@@ -48,3 +48,31 @@ export const Text: v.GenericSchema<string> = v.pipe(
   v.string("Expected text"),
   v.minLength(1, "Expected non-empty text"),
 );
+
+/**
+ * A `WWW-Authenticate` realm (RFC 9110 §11.5): printable text without `"` or `\`, so it is written
+ * as a quoted-string as is. Where it is left out, a challenge carries no realm at all.
+ */
+export const Realm: v.GenericSchema<string> = v.pipe(
+  v.string("Expected a realm"),
+  v.regex(
+    /^[\x20\x21\x23-\x5b\x5d-\x7e]{1,64}$/,
+    'Expected 1-64 printable characters without " or \\',
+  ),
+);
+
+/**
+ * ALPN protocol ids a TLS client offers or a server selects (RFC 7301 §3.1): each 1–255 printable
+ * characters without spaces, each once, at most 8. Empty: no ALPN at all.
+ */
+export const AlpnProtocols: v.GenericSchema<string[]> = v.pipe(
+  v.array(
+    v.pipe(
+      v.string("Expected an ALPN protocol id"),
+      v.regex(/^[\x21-\x7e]{1,255}$/, "Expected 1-255 printable characters without spaces"),
+    ),
+    "Expected a list of ALPN protocol ids, e.g. [http/1.1]",
+  ),
+  v.maxLength(8, "Expected at most 8 ALPN protocol ids"),
+  v.check((ids) => new Set(ids).size === ids.length, "Each ALPN protocol id may appear once"),
+);

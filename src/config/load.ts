@@ -14,6 +14,8 @@ import { splitTarget } from "../request/host.ts";
 import { type BootstrapConfig, BootstrapSchema, type ListenerConfig } from "./bootstrap.ts";
 import type { EdgeConfig, LaneConfig, ListenerAddress, PublicTls } from "./edge_config.ts";
 import type { EgressConfig } from "./egress_schema.ts";
+import { resolveForwarding } from "./forwarding_schema.ts";
+import { errorsOf } from "./errors_schema.ts";
 import { ConfigError } from "./problems.ts";
 import { runtimeSource } from "./runtime_source.ts";
 import { validateFile } from "./validate.ts";
@@ -67,7 +69,8 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     lanes,
     timeouts: timeoutsOf(raw),
     paths: { mergeSlashes: raw.paths.merge_slashes, escapedSlashes: raw.paths.escaped_slashes },
-    forwarding: forwardingOf(raw),
+    forwarding: resolveForwarding(raw.forwarding, DEFAULT_CLIENT_IP_HEADERS, source),
+    errors: errorsOf(raw.errors, resolve),
     limits: {
       headerBytes: raw.limits.header_bytes,
       headers: raw.limits.headers,
@@ -75,6 +78,7 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     },
     drainMs: raw.drain.timeout_ms,
     lameDuckMs: raw.drain.lame_duck_ms,
+    emptyTenants: raw.readiness.empty_tenants,
     memory: {
       quietAfter: raw.memory.quiet_collect_bytes,
       collectEvery: raw.memory.collect_every_bytes,
@@ -85,7 +89,7 @@ export function resolveConfig(source: YamlFile): EdgeConfig {
     adminGate: adminGateOf(raw, resolve),
     trustedProxies: raw.trusted_proxies,
     policyStores: policyStoresOf(raw, source),
-    admin: { tokenFile: optionalPath(raw.admin.token_file, resolve) },
+    admin: { tokenFile: optionalPath(raw.admin.token_file, resolve), realm: raw.admin.realm },
     observe: observeOf(raw, resolve),
     egress,
     ledger: raw.ledger,
@@ -213,17 +217,6 @@ function timeoutsOf(raw: BootstrapConfig): EdgeConfig["timeouts"] {
   };
 }
 
-/** The Via pseudonym (`false`: none) and the client-address header names, folded. */
-function forwardingOf(raw: BootstrapConfig): EdgeConfig["forwarding"] {
-  return {
-    via: raw.forwarding.via === false ? undefined : raw.forwarding.via,
-    // Folded as hygiene folds names: lower case, "_" read as "-".
-    clientIpHeaders: (raw.forwarding.client_ip_headers ?? DEFAULT_CLIENT_IP_HEADERS).map((name) =>
-      name.toLowerCase().replaceAll("_", "-")
-    ),
-  };
-}
-
 /** Observability settings, the salt file resolved. */
 function observeOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["observe"] {
   return {
@@ -236,7 +229,7 @@ function observeOf(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["observe"
 /**
  * The egress section as the edge uses it: with a transport, `egress.socks` must be empty and the
  * instances are the hub's pool ports — for `socks5_tls` and `https_tunnel` each one dials the
- * hub (entry address: the hub; `pool_port`: the port named by ALPN or by the tunnel's dial op),
+ * hub (entry address: the hub; `pool_port`: the port named by the relay preamble or by the tunnel's dial op),
  * for `wireguard` the hub's private address and the port — and the transport's files are
  * resolved. `isolate_tenants` stays as written: its default depends on the transport, so it is
  * read through `isolatesTenants`.

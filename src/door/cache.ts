@@ -1,14 +1,16 @@
 /**
  * The door's cache folder: `view.json`, the last good view (so a restart while the hub is away
  * still serves), and `revoked.json`, left by a revocation so a restart refuses to serve. Both are
- * written atomically — a temporary file (mode 0600) renamed over the target — so a crash leaves
- * the old file or the new one, never half of one; the folder is made 0700. A cached view is
- * served only if it hashes to the hash stored beside it.
+ * written durably — a temporary file (mode 0600), flushed, renamed over the target, the folder
+ * flushed (`src/live/durable_write.ts`) — so a crash or a power cut leaves the old file or the new
+ * one, never half of one; the folder is made 0700. A cached view is served only if it hashes to
+ * the hash stored beside it.
  *
  * @module
  */
 import { join } from "node:path";
 import { describeIoError } from "../config/yaml_file.ts";
+import { writeDurably } from "../live/durable_write.ts";
 import { hashView, type HeldView, isView } from "./view.ts";
 
 /** The cached view's file name. */
@@ -51,7 +53,7 @@ export async function readCachedView(cacheDir: string): Promise<CachedView> {
 
 /** Writes the view (atomically, mode 0600). */
 export async function writeCachedView(cacheDir: string, held: HeldView): Promise<void> {
-  await writeAtomic(cacheDir, VIEW_FILE, JSON.stringify({ hash: held.hash, view: held.view }));
+  await writeDurably(cacheDir, VIEW_FILE, JSON.stringify({ hash: held.hash, view: held.view }));
 }
 
 /** Deletes the cached view (none is no error). */
@@ -75,7 +77,7 @@ export async function readRevocation(cacheDir: string): Promise<Revocation | und
 
 /** Records a revocation (atomically, mode 0600). */
 export async function writeRevocation(cacheDir: string, revocation: Revocation): Promise<void> {
-  await writeAtomic(cacheDir, REVOKED_FILE, JSON.stringify(revocation) + "\n");
+  await writeDurably(cacheDir, REVOKED_FILE, JSON.stringify(revocation) + "\n");
 }
 
 /** Removes the revocation record (after the door registered again). */
@@ -92,19 +94,5 @@ async function readOptional(file: string): Promise<string | undefined> {
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return undefined;
     throw new Error(`Cannot read ${file}: ${describeIoError(error)}`);
-  }
-}
-
-/** Writes `name` in `dir` by way of a temporary file renamed over it. */
-async function writeAtomic(dir: string, name: string, text: string): Promise<void> {
-  await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
-  const temporary = join(dir, `.${name}.${crypto.randomUUID()}`);
-  try {
-    await Deno.writeTextFile(temporary, text, { mode: 0o600 });
-    await Deno.chmod(temporary, 0o600);
-    await Deno.rename(temporary, join(dir, name));
-  } catch (error) {
-    await Deno.remove(temporary).catch(() => {});
-    throw error;
   }
 }

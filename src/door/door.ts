@@ -32,12 +32,15 @@ import { healthHandler, type PublicCounts, publicHandler } from "./serve.ts";
 import { DoorTable } from "./table.ts";
 import { CertificateRenewal, ensureNodeCertificate } from "../live/enrol.ts";
 import type { HeldView } from "./view.ts";
+import { type NotReadyReason, setReasons } from "../live/readiness.ts";
 
 /** A running door. */
 export interface Door {
   readonly listeners: readonly { readonly role: DoorRole; readonly address: string }[];
   /** The door's state for `/v1/status`. */
   status(): Record<string, unknown>;
+  /** Why the door is not ready (none: ready), for `/readyz` (src/live/readiness.ts). */
+  reasons(): NotReadyReason[];
   /** Resolves when the door stopped: closed, or revoked and closed to the public. */
   readonly finished: Promise<"closed" | "revoked">;
   /** Stops following and closes every listener (a revocation under way is completed first). */
@@ -85,7 +88,7 @@ export async function startDoor(config: DoorConfig, options: DoorOptions = {}): 
     ...config.health.map((address): DoorListenerSpec => ({
       role: "health",
       address,
-      handler: healthHandler(() => door.status()),
+      handler: healthHandler(() => door.status(), () => door.reasons()),
     })),
   ];
   const listeners = new DoorListeners(specs, config);
@@ -147,16 +150,45 @@ class RunningDoor implements Door {
   }
 
   status(): Record<string, unknown> {
+    const reasons = this.reasons();
     return {
       node_id: this.#config.nodeId,
       role: "door",
       state: this.#state,
+      ready: reasons.length === 0,
+      reasons,
       revocation: this.#revocation ?? null,
       stream: this.#follower?.status() ?? null,
       renewal: this.#renewal?.status() ?? null,
       view: this.#table.status(),
       answered: { ...this.counts },
     };
+  }
+
+  /**
+   * Ready while a verified view is held — from the hub, or the cache checked at boot — and the
+   * door serves the public; a view that later fails to refresh keeps it ready (the last good view
+   * is what it serves). Without one, the follower's view of why; once revoked and closed, that.
+   */
+  reasons(): NotReadyReason[] {
+    if (this.#state === "revoked" || this.#state === "closed") {
+      const revoked = this.#state === "revoked";
+      return [{
+        code: revoked ? "revoked" : "draining",
+        message: revoked
+          ? "The hub revoked this door: its public listeners are closed"
+          : "The door has stopped",
+        ...(revoked && this.#revocation ? { since: this.#revocation.at } : {}),
+      }];
+    }
+    const held = this.#table.held;
+    return setReasons({
+      generation: held ? 1 : 0,
+      tenants: held?.view.slugs.length ?? 0,
+      emptyTenants: "ready",
+      follower: this.#follower?.status() ?? {},
+      noun: "view",
+    });
   }
 
   close(): Promise<void> {

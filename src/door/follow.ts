@@ -20,6 +20,7 @@ import {
   hubHttpClient,
   HubRefusal,
   readAnswerError,
+  UnverifiedSet,
 } from "../live/hub_answer.ts";
 import { backoffDelay, sleep } from "../live/backoff.ts";
 import type { DoorHubConfig } from "./config.ts";
@@ -51,6 +52,10 @@ export class DoorFollower {
   #lastError: { at: string; message: string } | undefined;
   #lastContact: string | undefined;
   #retryAt: number | undefined;
+  /** When the hub stopped answering (this outage's first failure); readiness names it. */
+  #unreachableSince: string | undefined;
+  /** The last answer's view did not check (readiness: `set_rejected`); cleared by a good one. */
+  #unverified: { at: string; message: string } | undefined;
   #client: Deno.HttpClient | undefined;
   #current: AbortController | undefined;
   #done: Promise<void> = Promise.resolve();
@@ -92,6 +97,8 @@ export class DoorFollower {
       last_error: this.#lastError ?? null,
       failures: this.#failures,
       retry_at: this.#retryAt === undefined ? null : new Date(this.#retryAt).toISOString(),
+      unreachable_since: this.#unreachableSince ?? null,
+      unverified: this.#unverified ?? null,
     };
   }
 
@@ -102,6 +109,7 @@ export class DoorFollower {
         const answer = await this.#ask(current.signal);
         this.#noteContact();
         await this.#apply(answer);
+        this.#unverified = undefined;
       } catch (error) {
         if (this.#stopped) break;
         if (error instanceof HubRefusal && error.code === "node_revoked") {
@@ -124,7 +132,9 @@ export class DoorFollower {
       held = rebuildView(answer, this.#base);
     } catch (error) {
       this.#base = undefined;
-      throw error;
+      const unverified = new UnverifiedSet(error);
+      this.#unverified = { at: new Date().toISOString(), message: unverified.message };
+      throw unverified;
     }
     const changed = held.hash !== this.#base?.hash;
     this.#base = held;
@@ -159,6 +169,7 @@ export class DoorFollower {
     this.#connected = true;
     this.#failures = 0;
     this.#retryAt = undefined;
+    this.#unreachableSince = undefined;
     this.#lastContact = new Date().toISOString();
   }
 
@@ -171,6 +182,7 @@ export class DoorFollower {
     }
     this.#connected = false;
     this.#lastError = { at: new Date().toISOString(), message };
+    if (!(error instanceof UnverifiedSet)) this.#unreachableSince ??= this.#lastError.at;
     this.#failures++;
     this.#client?.close();
     this.#client = undefined;

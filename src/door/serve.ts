@@ -11,7 +11,8 @@
  * every door on the internet by one request. The status still comes from the failure table.
  *
  * Nothing here logs a path. The public side counts covers, hits and refused methods for status.
- * The health listener (loopback) answers `/healthz` and `/v1/status` through the shared writer.
+ * The health listener (loopback) answers `/healthz`, `/readyz` and `/v1/status` through the shared
+ * writer.
  *
  * @module
  */
@@ -20,6 +21,7 @@ import { failureReply, failureStatus } from "../request/errors.ts";
 import { jsonReply } from "../request/reply.ts";
 import { requestIdFor } from "../request/request_id.ts";
 import { writeReply } from "../request/write_reply.ts";
+import { type NotReadyReason, readinessReply } from "../live/readiness.ts";
 import type { DoorTable } from "./table.ts";
 
 /** What the public side has answered since start. */
@@ -91,21 +93,27 @@ export function firstSegment(target: string): string {
   return end < 0 ? path.slice(1) : path.slice(1, end + 1);
 }
 
-/** The health listener's handler: `/healthz` and `/v1/status` (GET or HEAD), nothing else. */
+/**
+ * The health listener's handler: `/healthz`, `/readyz` and `/v1/status` (GET or HEAD), nothing
+ * else. `/readyz` is 503 with the reasons while the door holds no verified view (readiness.ts).
+ */
 export function healthHandler(
   status: () => Record<string, unknown>,
+  reasons: () => readonly NotReadyReason[] = () => [],
 ): (request: IncomingMessage, response: ServerResponse) => void {
   return function answerDoorHealth(request, response) {
     const requestId = requestIdFor(request.headers["x-request-id"]);
     const path = firstPath(request.url ?? "/");
     const read = request.method === "GET" || request.method === "HEAD";
-    const known = path === "/healthz" || path === "/v1/status";
+    const known = path === "/healthz" || path === "/readyz" || path === "/v1/status";
     const reply = !known
       ? failureReply("route_not_allowed", requestId)
       : !read
       ? failureReply("method_not_allowed", requestId, { headers: { allow: "GET, HEAD" } })
       : path === "/healthz"
       ? jsonReply({ status: "ok" })
+      : path === "/readyz"
+      ? readinessReply(reasons(), requestId)
       : jsonReply(status());
     writeReply(response, reply, requestId);
   };

@@ -11,6 +11,9 @@
 import { BootError } from "../boot/boot_error.ts";
 import type { HubClientConfig } from "../config/load.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
+import { loadErrorPages } from "../config/errors_schema.ts";
+import { ConfigError } from "../config/problems.ts";
+import type { ErrorPages } from "../request/error_pages.ts";
 import { AccessLog } from "../observe/access_log.ts";
 import { Observer } from "../observe/observer.ts";
 import { type LogOutlet, standardOutlets } from "../observe/log_outlet.ts";
@@ -87,8 +90,13 @@ export function startRuntime(boot: BootContext, life: Lifecycle): Runtime {
  * The backends' active health checks (egress/health_checks.ts), in the owner only: its verdicts
  * reach the request workers with the shared egress outcomes. Rescheduled at every swap.
  */
-function startHealthChecks({ clock, log }: BootContext, life: Lifecycle, store: ConfigStore) {
-  const checks = new HealthChecks({ egress: life.egress, clock, log });
+function startHealthChecks(
+  { clock, log, plan }: BootContext,
+  life: Lifecycle,
+  store: ConfigStore,
+) {
+  const userAgent = plan.config.forwarding.healthUserAgent;
+  const checks = new HealthChecks({ egress: life.egress, clock, log, userAgent });
   checks.update(proxyBackends(store.registry()));
   const stopFollowing = store.onSwap((generation) =>
     checks.update(proxyBackends(generation.registry))
@@ -140,8 +148,10 @@ export async function loadCredentials(
   const { plan, owns } = boot;
   const runtime = plan.config.runtime;
   try {
-    const tokenFile = plan.config.admin.tokenFile;
-    const admin = tokenFile ? await AdminCredential.load(tokenFile) : AdminCredential.none();
+    const { tokenFile, realm } = plan.config.admin;
+    const admin = tokenFile
+      ? await AdminCredential.load(tokenFile, realm)
+      : AdminCredential.none(realm);
     // A hub credential the edge could never use is a config error, not a hub outage to wait out.
     if (owns && runtime.kind === "remote") await checkHubCredentials(runtime.hub);
     return admin;
@@ -165,6 +175,23 @@ export async function loadAdminGateStep(
     return await loadAdminGate(gate.file);
   } catch (error) {
     await life.abandon();
+    throw new BootError([(error as Error).message]);
+  }
+}
+
+/**
+ * Reads the error templates (`errors.templates`), in every isolate: a file that is missing, too
+ * large or shows a request id the config withholds undoes the boot so far and refuses it.
+ */
+export async function loadErrorPagesStep(
+  { plan }: BootContext,
+  life: Lifecycle,
+): Promise<ErrorPages> {
+  try {
+    return await loadErrorPages(plan.config.errors, plan.config.source);
+  } catch (error) {
+    await life.abandon();
+    if (error instanceof ConfigError) throw error;
     throw new BootError([(error as Error).message]);
   }
 }

@@ -31,6 +31,7 @@ import {
   createObserver,
   loadAdminGateStep,
   loadCredentials,
+  loadErrorPagesStep,
   startCertificates,
   startFleet,
   startRuntime,
@@ -77,10 +78,12 @@ export async function startEdge(
   const runtime = startRuntime(boot, life);
   const admin = await loadCredentials(boot, life);
   const adminGate = await loadAdminGateStep(boot, life);
+  const errorPages = await loadErrorPagesStep(boot, life);
   const certs = await startCertificates(boot, life);
   const observer = await createObserver(boot, tracing, runtime.lines);
   await startFleet(boot, life);
-  const services = assembleServices(boot, life, { runtime, admin, adminGate, certs, observer });
+  const parts = { runtime, admin, adminGate, errorPages, certs, observer };
+  const services = assembleServices(boot, life, parts);
   const source = plan.config.runtime;
   if (runtime.follower && source.kind === "remote") {
     stopWhenRevoked({

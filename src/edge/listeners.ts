@@ -12,7 +12,7 @@ import { bindServer, probeUnshared } from "../server/bind.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
 import type { LaneName } from "../ledger/lane_names.ts";
 import { createLaneListener, type ServerLimits } from "../server/lane_listener.ts";
-import { createPipeline } from "../pipeline/runner.ts";
+import { createPipeline, errorPagesFor } from "../pipeline/runner.ts";
 import type { LaneTable } from "../pipeline/lane_table.ts";
 import { servePassthrough } from "../tls/passthrough.ts";
 import type { EdgeServices } from "../pipeline/services.ts";
@@ -74,6 +74,7 @@ export function createListener(
     tls,
     serve: (arrival) => pipeline.serve(arrival),
     upgrades: table.descriptor.phases !== undefined,
+    errorPages: errorPagesFor(lane, services),
   });
   listener.server.on("close", () => pipeline.stop());
   return {

@@ -10,10 +10,12 @@ import { ResponseStats } from "../observe/response_stats.ts";
 import type { Observer } from "../observe/observer.ts";
 import { PolicyStats } from "../policy/policy_stats.ts";
 import { PendingBackends } from "../egress/pending.ts";
+import { forwardingOf } from "../proxy/forwarding.ts";
 import { AddressSet } from "../request/cidr.ts";
 import type { CertStore } from "../tls/certificates.ts";
 import type { AdminCredential } from "../server/admin.ts";
 import type { AdminGate } from "../pipeline/admin_gate.ts";
+import type { ErrorPages } from "../request/error_pages.ts";
 import type { EdgeServices } from "../pipeline/services.ts";
 import type { BootContext } from "./boot_context.ts";
 import type { Runtime } from "./boot_steps.ts";
@@ -28,6 +30,8 @@ export interface ServiceParts {
   readonly admin: AdminCredential;
   /** The public lane's admin gate, when configured. */
   readonly adminGate?: AdminGate;
+  /** How failures read on the lanes a third party reaches (`errors`). */
+  readonly errorPages: ErrorPages;
   readonly certs: CertStore | undefined;
   readonly observer: Observer;
 }
@@ -36,7 +40,7 @@ export interface ServiceParts {
 export function assembleServices(
   boot: BootContext,
   life: Lifecycle,
-  { runtime, admin, adminGate, certs, observer }: ServiceParts,
+  { runtime, admin, adminGate, errorPages, certs, observer }: ServiceParts,
 ): EdgeServices {
   const { plan, options, worker, clock, log } = boot;
   return {
@@ -58,16 +62,15 @@ export function assembleServices(
     pending: new PendingBackends(),
     trusted: AddressSet.of(plan.config.trustedProxies),
     paths: plan.config.paths,
-    forwarding: {
-      via: plan.config.forwarding.via,
-      clientIpHeaders: new Set(plan.config.forwarding.clientIpHeaders),
-    },
+    forwarding: forwardingOf(plan.config.forwarding),
     clock,
     log,
     tls: certs,
     admin,
     adminGate,
+    errorPages,
     files: plan.descriptors,
+    emptyTenants: plan.config.emptyTenants,
     acme: plan.config.acme && {
       challengeDir: plan.config.acme.challengeDir,
       otherwise: plan.config.acme.otherwise,

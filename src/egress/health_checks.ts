@@ -18,6 +18,11 @@
  * a new generation keeps the checks (timers, failure runs) it did not change. Probes of one check
  * never overlap: the next starts an interval after the last started, or when it ends if later.
  *
+ * What a probe says about the gateway: `GET <path>`, `Host` and nothing else by default — no
+ * `User-Agent` (as HAProxy's checks send none), so the backend reads no product name in it. An
+ * operator who wants the backend's logs to tell probes from clients names one
+ * (`forwarding.health_user_agent`).
+ *
  * @module
  */
 import http from "node:http";
@@ -26,9 +31,6 @@ import type { Backend, BackendHealth } from "./destinations.ts";
 import type { Egress } from "./egress.ts";
 import { SocksError } from "./socks5.ts";
 import { UPSTREAM_TLS } from "./upstream_tls.ts";
-
-/** The User-Agent of every probe, so a backend's logs can tell probes from clients. */
-export const HEALTH_USER_AGENT = "portcullis-health";
 
 /** What one probe found: `inconclusive` when the way out failed, not the backend. */
 export interface ProbeResult {
@@ -56,6 +58,8 @@ export interface HealthChecksOptions {
   readonly log: (line: string) => void;
   /** Default: a GET through the egress ({@link probeBackend}). */
   readonly probe?: HealthProbe;
+  /** The default probe's User-Agent (`forwarding.health_user_agent`); absent: none sent. */
+  readonly userAgent?: string;
   /** Default: unref'd `setTimeout`. */
   readonly timers?: HealthTimers;
 }
@@ -104,7 +108,9 @@ export class HealthChecks {
   constructor(options: HealthChecksOptions) {
     this.#options = options;
     const egress = options.egress;
-    this.#probe = options.probe ?? ((backend, signal) => probeBackend(egress, backend, signal));
+    const userAgent = options.userAgent;
+    this.#probe = options.probe ??
+      ((backend, signal) => probeBackend(egress, backend, signal, userAgent));
     this.#timers = options.timers ?? UNREF_TIMERS;
   }
 
@@ -226,10 +232,11 @@ const UNREF_TIMERS: HealthTimers = {
 };
 
 /**
- * Probes `backend` once: `GET <health.path>` with `Host: <authority>` and
- * `User-Agent: portcullis-health`, through the egress's way out for it, the whole exchange
- * (connection, TLS handshake, head and body) bounded by `health.timeoutMs`.
+ * Probes `backend` once: `GET <health.path>` with `Host: <authority>` (and `User-Agent` when
+ * one is given), through the egress's way out for it, the whole exchange (connection, TLS
+ * handshake, head and body) bounded by `health.timeoutMs`.
  *
+ * @param userAgent the probe's User-Agent; absent: none
  * @returns pass when the status is expected; fail on another status, a timeout or a backend
  *   fault; inconclusive when there was no way out or the way out failed
  */
@@ -237,6 +244,7 @@ export function probeBackend(
   egress: Pick<Egress, "way" | "finish">,
   backend: Backend,
   signal: AbortSignal,
+  userAgent?: string,
 ): Promise<ProbeResult> {
   const health = backend.health!;
   const chosen = egress.way(backend);
@@ -249,7 +257,9 @@ export function probeBackend(
       port: backend.port,
       method: "GET",
       path: health.path,
-      headers: { host: backend.authority, "user-agent": HEALTH_USER_AGENT },
+      headers: userAgent === undefined
+        ? { host: backend.authority }
+        : { host: backend.authority, "user-agent": userAgent },
       agent: way.agent,
       setHost: false,
       [HANDSHAKE_SIGNAL]: handshake.signal,

@@ -53,6 +53,7 @@ function transportSettings(config: EgressConfig): TlsTransportSettings | undefin
   const hub = splitTarget(transport.hub)!;
   return {
     kind: transport.kind,
+    ...(transport.kind === "socks5_tls" ? { alpn: transport.alpn } : {}),
     hostname: hub.host,
     port: hub.port,
     serverName: transport.server_name,

@@ -23,7 +23,7 @@ import { type SocksDial, tcpDial, TlsTransport, type TlsTransportSettings } from
 export interface SocksEntry {
   readonly hostname: string;
   readonly port: number;
-  /** With the `socks5_tls` transport: the hub's pool port, named by ALPN; the address is the hub. */
+  /** With the `socks5_tls` transport: the hub's pool port, named by the preamble inside TLS; the address is the hub. */
   readonly poolPort?: number;
 }
 

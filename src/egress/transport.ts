@@ -2,8 +2,11 @@
  * How the edge reaches a SOCKS instance: the dial a SOCKS handshake runs over. Plain TCP to the
  * instance's address for a local SOCKS server (and for `egress.transport.kind: wireguard`, whose
  * tunnel is the operator's: the edge dials the hub's private address and a pool port in plain
- * TCP); for `socks5_tls`, a mutual-TLS connection to the hub's relay that names the pool port by
- * ALPN (`portcullis-socks/<port>`, the relay's side is `hub/socks_relay.ts`); for `https_tunnel`,
+ * TCP); for `socks5_tls`, a mutual-TLS connection to the hub's relay whose first four bytes, inside
+ * the encrypted stream, name the pool port (`relay_preamble.ts`; the relay's side is
+ * `hub/socks_relay.ts`), its ClientHello offering a common ALPN value (`egress.transport.alpn`,
+ * default `http/1.1`, as the tunnel and a browser offer) that says nothing of the product or the
+ * port; for `https_tunnel`,
  * a WebSocket over mutual TLS to the hub's endpoint that names the pool port in its first message
  * (`tunnel_dial.ts`, the hub's side is `hub/https_tunnel.ts`). The SOCKS5 bytes inside are the same
  * every way, so the handshake code (`socks5.ts`) does not know which ran.
@@ -17,12 +20,26 @@
  * socket goes on reading its TCP socket into memory, so a response a slow client reads would
  * otherwise be taken from the hub as fast as the hub sends it.
  *
+ * `socks5_tls` stays the fingerprintable transport even so (a dedicated port that asks every
+ * visitor for a client certificate, SOCKS5-sized records right after the handshake): `check` and
+ * the hub's boot say {@link SOCKS5_TLS_WARNING} when it is chosen.
+ *
  * @module
  */
 import net, { type Socket } from "node:net";
 import tls from "node:tls";
+import { encodePreamble } from "./relay_preamble.ts";
 import { holdTlsReads } from "./tls_reads.ts";
 import { tunnelDial } from "./tunnel_dial.ts";
+
+/** The ALPN protocols offered to the relay (and selected by it) unless the config says others. */
+export const DEFAULT_RELAY_ALPN: readonly string[] = ["http/1.1"];
+
+/** What `check` and the hub's boot say, in one line, when the `socks5_tls` transport is chosen. */
+export const SOCKS5_TLS_WARNING = "socks5_tls is the fingerprintable transport: its pool port " +
+  "travels inside TLS, but a dedicated port that asks every visitor for a client certificate " +
+  "and carries SOCKS5-sized records is recognisable on the path; prefer wireguard, else " +
+  'https_tunnel (deploy/README.md, "Which transport to the hub\'s pool")';
 
 /** A connection being made to a SOCKS instance, and the event that says it can carry SOCKS. */
 export interface Dialled {
@@ -33,11 +50,6 @@ export interface Dialled {
 
 /** Opens one connection to a SOCKS instance (a handshake calls it once per attempt). */
 export type SocksDial = () => Dialled;
-
-/** The ALPN protocol that names pool port `port` at the hub's relay. */
-export function alpnFor(port: number): string {
-  return `portcullis-socks/${port}`;
-}
 
 /**
  * Plain TCP to `hostname:port`: the default dial.
@@ -68,8 +80,10 @@ export function isTcpDial(dial: SocksDial): boolean {
 
 /** The `socks5_tls` or `https_tunnel` transport's settings, paths resolved. */
 export interface TlsTransportSettings {
-  /** SOCKS5 in TLS with the port named by ALPN (the default), or a WebSocket per connection. */
+  /** SOCKS5 in TLS, the port named inside it (the default), or a WebSocket per connection. */
   readonly kind?: "socks5_tls" | "https_tunnel";
+  /** `socks5_tls`: the ALPN protocols offered (default {@link DEFAULT_RELAY_ALPN}; empty: none). */
+  readonly alpn?: readonly string[];
   /** The hub relay's (or tunnel endpoint's) address. */
   readonly hostname: string;
   readonly port: number;
@@ -109,14 +123,17 @@ export class TlsTransport {
   }
 
   /**
-   * The dial for one pool port: TLS to the hub with the client certificate, offering exactly
-   * `portcullis-socks/<port>`. A hub that selects no protocol, or another, is not that instance:
-   * the connection is destroyed before any SOCKS byte is sent. With `https_tunnel`, a WebSocket
-   * to the hub's endpoint whose dial op names the port (`tunnel_dial.ts`).
+   * The dial for one pool port: TLS to the hub with the client certificate, offering the
+   * configured ALPN protocols; once the handshake is done, the preamble naming the port is the
+   * first write, ahead of the SOCKS5 greeting (this listener is added before the handshake
+   * code's). A relay that refuses the port closes the connection, which the handshake code counts
+   * against that port. With `https_tunnel`, a WebSocket to the hub's endpoint whose dial op names
+   * the port (`tunnel_dial.ts`).
    */
   dial(poolPort: number): SocksDial {
     const { hostname, port, serverName } = this.settings;
-    const protocol = alpnFor(poolPort);
+    const preamble = encodePreamble(poolPort);
+    const alpn = this.settings.alpn ?? DEFAULT_RELAY_ALPN;
     const context = this.#context;
     // SNI carries names only; with an IP address and no server name, the certificate must name
     // the address.
@@ -130,14 +147,12 @@ export class TlsTransport {
         port,
         servername,
         secureContext: context,
-        ALPNProtocols: [protocol],
+        ...(alpn.length > 0 ? { ALPNProtocols: [...alpn] } : {}),
         rejectUnauthorized: true,
       });
       holdTlsReads(socket); // a paused response reads no further than over plain TCP
-      socket.once("secureConnect", function checkProtocol() {
-        if (socket.alpnProtocol !== protocol) {
-          socket.destroy(new Error(`The hub did not select ${protocol}`));
-        }
+      socket.once("secureConnect", function namePoolPort() {
+        socket.write(preamble);
       });
       return { socket, ready: "secureConnect" };
     };

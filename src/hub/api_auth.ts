@@ -7,7 +7,9 @@
  *
  * What `bearerAuth` changes at the edge of the old check: no `Authorization` header, or one that is
  * no `Bearer <b64token>` (RFC 6750 §2.1), is refused before the book is asked — neither says
- * anything about which nodes exist — and refusals carry `WWW-Authenticate` (RFC 6750 §3).
+ * anything about which nodes exist — and refusals carry `WWW-Authenticate` (RFC 6750 §3): `Bearer`,
+ * with `realm="<api.realm>"` only where the operator named one, so the challenge does not name the
+ * software.
  *
  * @module
  */
@@ -16,6 +18,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { bearerAuth } from "hono/bearer-auth";
 import { failureReply } from "../request/errors.ts";
 import { replyResponse } from "../server/hono_adapter.ts";
+import { bearerChallenge } from "../server/lane_router.ts";
 import type { OperatorEnv } from "../server/hono_kit.ts";
 import type { AuthFailure, AuthResult, NodeAuthenticator, TokenAuthenticator } from "./auth.ts";
 
@@ -39,9 +42,14 @@ export interface HubEnv extends OperatorEnv {
 /**
  * The middleware that authenticates `c.var.nodeId` the way `authenticate` does: bearer tokens
  * through `bearerAuth`, anything else (a certificate) by calling it.
+ *
+ * @param realm the realm of the bearer challenge (`api.realm`); absent: none
  */
-export function nodeAuth(authenticate: NodeAuthenticator): MiddlewareHandler<HubEnv> {
-  if ("verify" in authenticate) return bearerNodeAuth(authenticate as TokenAuthenticator);
+export function nodeAuth(
+  authenticate: NodeAuthenticator,
+  realm?: string,
+): MiddlewareHandler<HubEnv> {
+  if ("verify" in authenticate) return bearerNodeAuth(authenticate as TokenAuthenticator, realm);
   return async function certificateNodeAuth(c, next) {
     const result = await authenticate(c.env.incoming, c.var.nodeId);
     if (!result.ok) return replyResponse(failureReply(result.kind, c.env.requestId));
@@ -51,16 +59,21 @@ export function nodeAuth(authenticate: NodeAuthenticator): MiddlewareHandler<Hub
 }
 
 /** Hono's bearer middleware over the token book, answering with the failure table's envelopes. */
-function bearerNodeAuth(tokens: TokenAuthenticator): MiddlewareHandler<HubEnv> {
+function bearerNodeAuth(
+  tokens: TokenAuthenticator,
+  realm: string | undefined,
+): MiddlewareHandler<HubEnv> {
   const refuse = (kind: AuthFailure) => (c: Context<HubEnv>) => envelopeResponse(kind, c);
   return bearerAuth<HubEnv>({
-    realm: "portcullis-hub",
     verifyToken: async function verifyNodeToken(token, c) {
       const result = await tokens.verify(c.var.nodeId, token);
       c.set("auth", result);
       return result.ok;
     },
-    noAuthenticationHeader: { message: refuse("unauthenticated") },
+    noAuthenticationHeader: {
+      message: refuse("unauthenticated"),
+      wwwAuthenticateHeader: bearerChallenge(realm),
+    },
     invalidAuthenticationHeader: { message: refuse("unauthenticated") },
     invalidToken: {
       message: (c) => {

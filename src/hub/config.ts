@@ -18,6 +18,7 @@ import {
 } from "../config/load.ts";
 import { ConfigError, type ConfigProblem, formatPath } from "../config/problems.ts";
 import { validateFile } from "../config/validate.ts";
+import { type ErrorsConfig, errorsOf } from "../config/errors_schema.ts";
 import { readYaml, type YamlFile } from "../config/yaml_file.ts";
 import { isPoolFile, type PoolConfig, resolvePoolConfig } from "../torpool/config.ts";
 import { type CaFiles, caFiles } from "../trust/ca.ts";
@@ -47,6 +48,8 @@ export interface HubConfig {
     readonly tokensDir?: string;
     /** Nodes allowed to follow; undefined allows every node that authenticates. */
     readonly nodes?: readonly string[];
+    /** The realm of the token refusal's Bearer challenge; undefined: none. */
+    readonly realm?: string;
   };
   /** The fleet CA (`ca`): its files, the certificates' lifetime, renewal and retry limits. */
   readonly ca?: CaSettings;
@@ -55,7 +58,7 @@ export interface HubConfig {
   /** The health listeners. */
   readonly health: readonly ListenerAddress[];
   /** The SOCKS5-in-mutual-TLS relay (`transport.socks5_tls`), paths resolved. */
-  readonly socks5Tls?: HubTlsListener;
+  readonly socks5Tls?: HubTlsListener & { readonly alpn: readonly string[] };
   /** The WebSocket tunnel endpoint (`transport.https_tunnel`), paths resolved. */
   readonly httpsTunnel?: HubTlsListener;
   /** The longest a relay or tunnel stream stays open (`transport.max_stream_seconds`), in ms. */
@@ -74,6 +77,8 @@ export interface HubConfig {
   readonly history: number;
   /** Connection timeouts (ms). */
   readonly timeouts: { readonly headerMs: number; readonly idleMs: number };
+  /** How failures read to a caller the hub has not authenticated (`errors`), paths resolved. */
+  readonly errors: ErrorsConfig;
 }
 
 /**
@@ -196,11 +201,15 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
       },
       tokensDir: raw.api.tokens_dir === undefined ? undefined : resolve(raw.api.tokens_dir),
       nodes: raw.api.nodes,
+      realm: raw.api.realm,
     },
     ca,
     revocationReloadMs: raw.revocation.reload_ms,
     health: addressesOf(listeners, "health"),
-    socks5Tls: tlsListener("socks5_tls"),
+    socks5Tls: raw.transport?.socks5_tls && {
+      ...tlsListener("socks5_tls")!,
+      alpn: raw.transport.socks5_tls.alpn,
+    },
     httpsTunnel: tlsListener("https_tunnel"),
     maxStreamMs: (raw.transport?.max_stream_seconds ?? DEFAULT_MAX_STREAM_SECONDS) * 1000,
     pool: raw.pool?.socks && {
@@ -212,6 +221,7 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
     holdMs: raw.stream.hold_ms,
     history: raw.stream.history,
     timeouts: { headerMs: raw.timeouts.header_ms, idleMs: raw.timeouts.idle_ms },
+    errors: errorsOf(raw.errors, resolve),
   };
 }
 

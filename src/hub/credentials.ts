@@ -10,6 +10,7 @@ import type https from "node:https";
 import { BootError } from "../boot/boot_error.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
 import { describeIoError } from "../config/yaml_file.ts";
+import { SOCKS5_TLS_WARNING } from "../egress/transport.ts";
 import {
   certificateAuth,
   type NodeAuthenticator,
@@ -72,6 +73,7 @@ export async function makeRelay(
 ): Promise<SocksRelay | undefined> {
   const relay = config.socks5Tls;
   if (!relay) return undefined;
+  log(`portcullis: warning: ${config.file}: transport.socks5_tls: ${SOCKS5_TLS_WARNING}`);
   try {
     const read = (file: string, field: string, secret = false) =>
       readNamedFile(file, `transport.socks5_tls.${field}`, { maxBytes: 1 << 20, secret });
@@ -83,6 +85,7 @@ export async function makeRelay(
         ca: await read(relay.clientCaFile, "client_ca_file"),
       },
       nodes: config.api.nodes,
+      alpn: relay.alpn,
       revocations,
       admits,
       maxStreamMs: config.maxStreamMs,

@@ -7,6 +7,7 @@
 import type { Grant } from "../boot/flags.ts";
 import { CODE_GRANTS, LOCAL_MACHINE_GRANTS } from "../boot/flags.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import { templateFiles } from "../config/errors_schema.ts";
 import type { CaFiles } from "../trust/ca.ts";
 import { poolGrants } from "../torpool/config.ts";
 import { doorsGrants } from "./mirrors/config.ts";
@@ -41,6 +42,9 @@ export function hubGrants(config: HubConfig): Grant[] {
   }
   grants.push({ name: "read", value: config.file, purpose: "config file" });
   grants.push({ name: "read", value: config.runtimeDir, purpose: "runtime folder" });
+  for (const file of templateFiles(config.errors)) {
+    grants.push({ name: "read", value: file, purpose: "error template" });
+  }
   const tls = config.api.tls;
   for (const file of tls ? [tls.certFile, tls.keyFile, tls.clientCaFile] : []) {
     if (config.ca && file === config.ca.files.rootCert) continue; // the CA's grants name it

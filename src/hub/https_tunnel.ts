@@ -40,6 +40,7 @@ import { holdTlsReads } from "../egress/tls_reads.ts";
 import { acceptFor, CloseCode } from "../egress/ws_frame.ts";
 import { OVER_CONTROL_BUDGET } from "../egress/ws_pacing.ts";
 import { WebSocketStream } from "../egress/ws_stream.ts";
+import { anonymizeIp } from "../observe/anonymize.ts";
 import { failureReply } from "../request/errors.ts";
 import { requestIdFor } from "../request/request_id.ts";
 import { renderHead, writeRawReply } from "../server/raw_reply.ts";
@@ -162,6 +163,7 @@ export class HttpsTunnel {
     if (!refusal && !release) refusal = { kind: "node_not_allowed", reason: "node" };
     if (refusal) {
       const { kind, reason, status, headers } = refusal;
+      const from = anonymizeIp(socket.remoteAddress); // before the reply may close the socket
       const reply = failureReply(kind, requestId, { status, headers });
       writeRawReply(
         socket,
@@ -169,8 +171,7 @@ export class HttpsTunnel {
         { "x-request-id": requestId, "cache-control": "no-store" },
         () => {},
       );
-      const who = socket.remoteAddress;
-      return this.#count(reason, `${kind} from ${who}`);
+      return this.#count(reason, `${kind} from ${from}`);
     }
     if (socket.destroyed) return release!();
     socket.once("close", release!);

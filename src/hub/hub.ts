@@ -22,6 +22,9 @@ import type https from "node:https";
 import { diagnosticSink } from "../observe/diag.ts";
 import type { ConfigStore, OfferOutcome } from "../live/generations.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import { loadErrorPages } from "../config/errors_schema.ts";
+import type { FailureKind } from "../request/errors.ts";
+import type { ErrorPages } from "../request/error_pages.ts";
 import { type RuntimeReloader, runtimeReloader } from "../live/runtime_watch.ts";
 import {
   type ApiCredentials,
@@ -43,6 +46,13 @@ import { type FleetTrust, loadFleetTrust } from "./fleet_trust.ts";
 import { loadFirstGeneration, readHubFolder } from "./folder.ts";
 import { DoorService } from "./mirrors/service.ts";
 import type { TorPool } from "../torpool/supervisor.ts";
+
+/**
+ * The hub's refusals a node's client reads by code (a revoked node stops, a renewal asked too early
+ * waits): they keep the envelope whatever `errors` says. Both reach only a node that proved who it
+ * is; an unauthenticated caller's refusals read as `errors` says.
+ */
+const NODE_READ_KINDS: readonly FailureKind[] = ["node_revoked", "renewal_too_early"];
 
 export type { NodeRecord } from "./routes.ts";
 
@@ -105,9 +115,12 @@ export async function startHub(
   let embedded: EmbeddedPool | undefined;
   let trust: FleetTrust;
   let doors: DoorService | undefined;
+  let errorPages: ErrorPages;
   try {
+    errorPages = (await loadErrorPages(config.errors, config)).keeping(NODE_READ_KINDS);
     trust = await loadFleetTrust(config, log);
-    doors = config.doors && new DoorService(config.doors, { log, holdMs: config.holdMs });
+    doors = config.doors &&
+      new DoorService(config.doors, { log, holdMs: config.holdMs, hubId: config.nodeId });
     await doors?.start();
     const { revocations } = trust;
     credentials = await readApiCredentials(config, log, revocations);
@@ -140,6 +153,7 @@ export async function startHub(
   const listeners = new HubListeners(listenerSpecs(config, routes, { tls, relay, tunnel, trust }), {
     timeouts: config.timeouts,
     refusals,
+    errorPages,
   });
   let actual: { role: HubListenerRole; address: ListenerAddress }[];
   try {

@@ -65,7 +65,7 @@ export function hubApiApp(routes: HubRoutes, authenticate: NodeAuthenticator): H
   const named = (schema: typeof NodeQuery | typeof PollQuery) => [
     validQuery<HubEnv, typeof schema>(schema, queryKind),
     noteNode,
-    nodeAuth(authenticate),
+    nodeAuth(authenticate, config.api.realm),
     allowedBy(config.api.nodes),
   ];
   declareRoute(

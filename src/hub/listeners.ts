@@ -7,6 +7,7 @@
  * @module
  */
 import http from "node:http";
+import { anonymizeIp } from "../observe/anonymize.ts";
 import { diagnostics } from "../observe/diag.ts";
 import https from "node:https";
 import type { Buffer } from "node:buffer";
@@ -15,6 +16,7 @@ import type { Duplex } from "node:stream";
 import { overlaps } from "../boot/distinct.ts";
 import { BootError } from "../boot/boot_error.ts";
 import { formatAddress, type ListenerAddress } from "../config/load.ts";
+import { ErrorPages } from "../request/error_pages.ts";
 import { failureReply } from "../request/errors.ts";
 import type { Reply } from "../request/reply.ts";
 import { requestIdFor } from "../request/request_id.ts";
@@ -79,10 +81,19 @@ export class TlsRefusals {
     if (Date.now() - this.#loggedAt < TLS_LOG_INTERVAL_MS) return;
     this.#loggedAt = Date.now();
     this.#log(
-      `portcullis: hub ${role}: TLS handshake from ${socket.remoteAddress} refused: ` +
+      `portcullis: hub ${role}: TLS handshake from ${anonymizeIp(peerOf(socket))} refused: ` +
         `${error.message} (${this.count} since start; logged at most once a minute)`,
     );
   }
+}
+
+/**
+ * The peer of a socket a TLS handshake failed on. By `tlsClientError`, Deno 2.9.6's TLS socket has
+ * lost its handle and answers `remoteAddress` undefined; the TCP socket it wraps (`_parent`, not a
+ * public field) still knows the peer (measured; tests/anon_addresses_test.ts boots a hub to see it).
+ */
+function peerOf(socket: Socket): string | undefined {
+  return socket.remoteAddress ?? (socket as { _parent?: Socket })._parent?.remoteAddress;
 }
 
 /** The hub's listeners, from made to closed; see the module doc for the order. */
@@ -95,13 +106,19 @@ export class HubListeners {
    * Makes every listener, unarmed.
    *
    * @param specs the listeners, in the order they bind
-   * @param options the hub's HTTP timeouts, and where refused handshakes are counted
+   * @param options the hub's HTTP timeouts, where refused handshakes are counted, and how failures
+   *   read (absent: the minimal default)
    */
   constructor(
     specs: readonly ListenerSpec[],
-    options: { readonly timeouts: HubConfig["timeouts"]; readonly refusals: TlsRefusals },
+    options: {
+      readonly timeouts: HubConfig["timeouts"];
+      readonly refusals: TlsRefusals;
+      readonly errorPages?: ErrorPages;
+    },
   ) {
-    this.#servers = specs.map((spec) => makeServer(spec, options.timeouts));
+    const pages = options.errorPages ?? ErrorPages.minimal();
+    this.#servers = specs.map((spec) => makeServer(spec, options.timeouts, pages));
     for (const bound of this.#servers) {
       bound.server.on("tlsClientError", (error: Error, socket: Socket) => {
         options.refusals.note(error, socket, bound.role);
@@ -162,7 +179,11 @@ export class HubListeners {
 }
 
 /** The server of one listener: one made elsewhere as given, or node:http(s) answering its route. */
-function makeServer(spec: ListenerSpec, timeouts: HubConfig["timeouts"]): BoundServer {
+function makeServer(
+  spec: ListenerSpec,
+  timeouts: HubConfig["timeouts"],
+  pages: ErrorPages,
+): BoundServer {
   if ("server" in spec) {
     return { role: spec.role, address: spec.address, server: spec.server, sockets: new Set() };
   }
@@ -170,10 +191,10 @@ function makeServer(spec: ListenerSpec, timeouts: HubConfig["timeouts"]): BoundS
   const onRequest = (request: http.IncomingMessage, response: http.ServerResponse) => {
     const requestId = requestIdFor(request.headers["x-request-id"]);
     route(request, response, requestId).then((reply) => {
-      if (reply) writeReply(response, reply, requestId);
+      if (reply) writeReply(response, reply, requestId, pages);
     }).catch((error) => {
       if (!response.headersSent) {
-        writeReply(response, failureReply("internal", requestId), requestId);
+        writeReply(response, failureReply("internal", requestId), requestId, pages);
       } else response.destroy();
       diagnostics().error(`hub ${role} request failed: ${error}`);
     });

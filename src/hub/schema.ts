@@ -6,8 +6,9 @@
  */
 import * as v from "valibot";
 import { Listener, RuntimeWatch } from "../config/bootstrap.ts";
-import { IpLiteral, Port, Text, wholeNumber } from "../config/fields.ts";
+import { AlpnProtocols, IpLiteral, Port, Realm, Text, wholeNumber } from "../config/fields.ts";
 import { DoorsSchema } from "./mirrors/schema.ts";
+import { ErrorsSchema } from "../config/errors_schema.ts";
 
 const NodeId = v.pipe(
   v.string("Expected text"),
@@ -36,16 +37,24 @@ const Api = v.strictObject({
   tokens_dir: v.optional(Text),
   /** Only these nodes may follow the stream (default: any node that authenticates). */
   nodes: v.optional(v.array(NodeId, "Expected a list of node ids")),
+  /** The realm of the `Bearer` challenge a token refusal carries (default: none). */
+  realm: v.optional(Realm),
 });
 
 /**
  * SOCKS5 inside mutual TLS: edges dial this listener with their node certificate and name a pool
- * port by ALPN (`portcullis-socks/<port>`); the relay pipes the stream to that port.
+ * port in the stream's first four bytes; the relay pipes the rest of the stream to that port.
  */
 const Socks5Tls = v.strictObject({
   listen: v.strictObject({ hostname: IpLiteral, port: Port }),
   cert_file: Text,
   key_file: Text,
+  /**
+   * The ALPN protocols the relay selects, when a client offers one of them (default `[http/1.1]`,
+   * what edges offer by default; `[]`: none, whatever is offered). Edges' `egress.transport.alpn` must
+   * offer one of them, or none.
+   */
+  alpn: v.optional(AlpnProtocols, ["http/1.1"]),
   /**
    * Client certificates must chain to this CA; their one CN is the node id (`api.nodes` applies).
    * Default with `ca`: the fleet root.
@@ -153,6 +162,8 @@ export const HubConfigSchema = v.strictObject({
   pool: v.optional(Pool),
   /** Doors: the mirror registry, the slugs, the prober, and which nodes follow as doors. */
   doors: v.optional(DoorsSchema),
+  /** How the hub's failure replies read to a caller it has not authenticated (errors_schema.ts). */
+  errors: ErrorsSchema,
   stream: v.optional(
     v.strictObject({
       /** How long a stream request with nothing new is held before it is answered `current`. */

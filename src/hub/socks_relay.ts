@@ -1,28 +1,34 @@
 /**
  * The hub's side of the `socks5_tls` transport: a mutual-TLS listener that relays each connection
- * to one instance of the hub's SOCKS pool. The edge offers exactly one ALPN protocol,
- * `portcullis-socks/<port>`, naming the pool port it wants; after the handshake the relay pipes raw
+ * to one instance of the hub's SOCKS pool. The edge's first four bytes inside the encrypted stream
+ * name the pool port it wants (the preamble, `egress/relay_preamble.ts`); the relay then pipes raw
  * bytes both ways to `<pool host>:<port>`, so the SOCKS5 stream (greeting, RFC 1929 auth — the
  * edge's per-tenant isolation —, CONNECT, Tor's ExtendedErrors reply codes) passes unchanged and
  * the edge's breakers, scorer and negative cache judge each pool port as they judge a local one.
+ *
+ * ALPN carries nothing of ours: the relay selects one of `alpn` (`transport.socks5_tls.alpn`,
+ * default `http/1.1`) when the client offers it, completes the handshake without one for a client that
+ * offers none, and with an empty `alpn` ignores every offer. The port used to be the ALPN
+ * protocol `portcullis-socks/<port>`, readable in every ClientHello; such an offer is now answered
+ * as any unknown protocol is (`no_application_protocol`), never selected, so a prober without a
+ * certificate cannot have the relay confirm it.
  *
  * Refused — the connection closed, nothing relayed: a client without a certificate or with one the
  * client CA did not sign (the TLS layer refuses it), a certificate that does not name exactly one
  * node id, a node not in `api.nodes` (when set), a node the hub's fleet trust does not admit
  * (`admits`: revoked, a door — whatever `api.nodes` or `doors.nodes` say —, a certificate not its
- * current one), no ALPN, or ALPN naming a port not in the pool. The port is checked twice: by
- * `ALPNCallback` during the handshake (against the pool as it is then, so a pool that grows or
- * shrinks needs no new server) and again after it.
+ * current one), and then a preamble that is wrong at any byte, not complete before the stream
+ * ends, not complete within `timeoutMs`, or naming a port not in the pool as it is then (so a pool
+ * that grows or shrinks needs no new server). The preamble is read only from an admitted node.
  *
  * A relayed stream ends with its node (`node_streams.ts`): at each revocation look the hub asks
  * `admits` again and destroys both sockets of every stream no longer admitted, and a stream open
  * for `transport.max_stream_seconds` is ended the same way (the edge's pool dials a new one).
  *
- * Measured on Deno 2.9.6 before choosing ALPN: a `node:tls` server with `ALPNProtocols` selects a
- * matching protocol and answers an unknown one with the `no_application_protocol` alert; with
- * `ALPNCallback`, returning no protocol ends the handshake (the client sees the socket close
- * before the handshake finished); a client offering no ALPN completes the handshake with
- * `alpnProtocol === false`, which the relay then refuses.
+ * Measured on Deno 2.9.6: a `node:tls` server with `ALPNProtocols` selects a matching protocol,
+ * answers an unknown one with the `no_application_protocol` alert (as OpenSSL-based servers with
+ * ALPN do), and completes the handshake with `alpnProtocol === false` for a client that offers
+ * none; without `ALPNProtocols` it selects nothing whatever is offered.
  *
  * Active streams are counted per port, and every change is told to the pool's optional `report`
  * hook (the embedded Tor pool's scaler reads it).
@@ -31,9 +37,12 @@
  */
 import tls from "node:tls";
 import { holdTlsReads } from "../egress/tls_reads.ts";
+import { DEFAULT_RELAY_ALPN } from "../egress/transport.ts";
+import { anonymizeIp } from "../observe/anonymize.ts";
 import { certificateNode, NODE_ID, type RevocationCheck } from "./auth.ts";
 import { type Admits, NodeStreams, type StreamEnd } from "./node_streams.ts";
 import { pipeToPool, PortStreams } from "./pool_pipe.ts";
+import { readPreamble } from "./preamble_read.ts";
 
 /**
  * The pool the relay serves: its host and current ports, and where load is reported.
@@ -63,20 +72,8 @@ export function staticPool(hostname: string, ports: readonly number[]): PoolPort
   return { hostname, ports: () => fixed };
 }
 
-/** The ALPN protocol prefix; the port follows it. */
-const ALPN_PREFIX = "portcullis-socks/";
-
-/** The pool port an ALPN protocol names, if it names one. */
-export function portOfAlpn(protocol: string | false | null | undefined): number | undefined {
-  if (typeof protocol !== "string" || !protocol.startsWith(ALPN_PREFIX)) return undefined;
-  const digits = protocol.slice(ALPN_PREFIX.length);
-  if (!/^[1-9]\d{0,4}$/.test(digits)) return undefined;
-  const port = Number(digits);
-  return port <= 65535 ? port : undefined;
-}
-
-/** Why a connection was closed without being relayed. */
-export type RelayRefusal = "alpn" | "node" | "upstream";
+/** Why a connection was closed without being relayed (`preamble`: no valid one naming a port). */
+export type RelayRefusal = "preamble" | "node" | "upstream";
 
 /** What the relay is made from. */
 export interface SocksRelayOptions {
@@ -87,11 +84,13 @@ export interface SocksRelayOptions {
   readonly nodes?: readonly string[];
   /** The fleet CA's revocations: a revoked certificate is refused like an unknown one. */
   readonly revocations?: RevocationCheck;
+  /** The ALPN protocols selected when offered (default `http/1.1`; empty: none ever). */
+  readonly alpn?: readonly string[];
   /** The fleet trust's check of a node and its certificate serial, at connect and at each look. */
   readonly admits?: Admits;
   /** The longest a relayed stream stays open, in ms (none: no bound). */
   readonly maxStreamMs?: number;
-  /** Time allowed for the TLS handshake, and for the connect to the pool instance. */
+  /** Time allowed for the TLS handshake, for the preamble, and for the connect to the pool. */
   readonly timeoutMs: number;
   /** Where refusals are logged (at most once a minute per reason). */
   readonly log: (line: string) => void;
@@ -110,9 +109,9 @@ export class SocksRelay {
   readonly #options: SocksRelayOptions;
   readonly #streams: PortStreams;
   readonly #nodes: NodeStreams;
-  readonly #refused: Record<RelayRefusal, number> = { alpn: 0, node: 0, upstream: 0 };
+  readonly #refused: Record<RelayRefusal, number> = { preamble: 0, node: 0, upstream: 0 };
   readonly #loggedAt: Record<RelayRefusal, number> = {
-    alpn: -Infinity,
+    preamble: -Infinity,
     node: -Infinity,
     upstream: -Infinity,
   };
@@ -122,20 +121,15 @@ export class SocksRelay {
     this.#options = options;
     this.#streams = new PortStreams(options.pool);
     this.#nodes = new NodeStreams({ admits: options.admits, maxLifetimeMs: options.maxStreamMs });
-    const { pool, tls: credentials, timeoutMs } = options;
+    const { tls: credentials, timeoutMs } = options;
+    const alpn = options.alpn ?? DEFAULT_RELAY_ALPN;
     this.server = tls.createServer({
       ...credentials,
       requestCert: true,
       rejectUnauthorized: true,
       minVersion: "TLSv1.2",
       handshakeTimeout: timeoutMs,
-      ALPNCallback: function choosePoolPort({ protocols }) {
-        const ports = pool.ports();
-        return protocols.find((protocol) => {
-          const port = portOfAlpn(protocol);
-          return port !== undefined && ports.includes(port);
-        });
-      },
+      ...(alpn.length > 0 ? { ALPNProtocols: [...alpn] } : {}),
     }, (socket) => void this.#accept(socket).catch(() => socket.destroy()));
   }
 
@@ -175,14 +169,10 @@ export class SocksRelay {
     }
   }
 
-  /** A finished handshake: checks the port and the node, then relays. */
+  /** A finished handshake: checks the node, reads the preamble and checks its port, then relays. */
   async #accept(socket: tls.TLSSocket): Promise<void> {
     socket.on("error", () => socket.destroy());
     holdTlsReads(socket); // nothing read past the kernel's buffers while admission is asked
-    const port = portOfAlpn(socket.alpnProtocol);
-    if (port === undefined || !this.#options.pool.ports().includes(port)) {
-      return this.#refuse(socket, "alpn", `ALPN ${JSON.stringify(socket.alpnProtocol)}`);
-    }
     const node = certificateNode(socket, this.#options.revocations);
     const allowed = this.#options.nodes;
     if (!node.ok || !NODE_ID.test(node.node) || (allowed && !allowed.includes(node.node))) {
@@ -197,7 +187,13 @@ export class SocksRelay {
     }
     if (socket.destroyed) return release();
     socket.once("close", release);
-    this.#relay(socket, port);
+    const preamble = await readPreamble(socket, this.#options.timeoutMs);
+    if (!preamble.ok) return this.#refuse(socket, "preamble", `preamble ${preamble.why}`);
+    if (!this.#options.pool.ports().includes(preamble.port)) {
+      return this.#refuse(socket, "preamble", `port ${preamble.port} not in the pool`);
+    }
+    if (socket.destroyed) return;
+    this.#relay(socket, preamble.port);
   }
 
   /** Pipes the client's bytes to the pool instance and back, counting the stream while it lasts. */
@@ -213,13 +209,15 @@ export class SocksRelay {
 
   /** Closes a connection unrelayed; counted, and logged at most once a minute per reason. */
   #refuse(socket: tls.TLSSocket, reason: RelayRefusal, detail: string): void {
+    // Read before the destroy: a destroyed socket no longer knows its peer.
+    const from = anonymizeIp(socket.remoteAddress);
     socket.destroy();
     this.#refused[reason]++;
     const now = Date.now();
     if (now - this.#loggedAt[reason] < LOG_INTERVAL_MS) return;
     this.#loggedAt[reason] = now;
     this.#options.log(
-      `portcullis: hub socks5_tls: connection from ${socket.remoteAddress} refused (${reason}: ` +
+      `portcullis: hub socks5_tls: connection from ${from} refused (${reason}: ` +
         `${detail}; ${this.#refused[reason]} since start; logged at most once a minute)`,
     );
   }

@@ -129,7 +129,8 @@ export class HubRefusal extends Error {
  * the body's first 200 characters).
  */
 export function readAnswerError(status: number, text: string): HubRefusal {
-  let detail = text.slice(0, 200);
+  // A hub answering in its minimal error format (`errors.format`) sends the reason phrase alone.
+  let detail = text.slice(0, 200).trim();
   let code = "";
   try {
     const error = JSON.parse(text).error;
@@ -137,6 +138,19 @@ export function readAnswerError(status: number, text: string): HubRefusal {
     detail = `${error.code}: ${error.message}`;
   } catch { /* not an envelope */ }
   return new HubRefusal(status, code, detail);
+}
+
+/**
+ * The hub answered with a set that could not be rebuilt or did not check against its hash: the hub
+ * is reachable, its set is what failed (readiness says `set_rejected`, not `hub_unreachable`). The
+ * message is the cause's, so logs and `last_error` read as before.
+ */
+export class UnverifiedSet extends Error {
+  /** @param cause why the set did not check */
+  constructor(cause: unknown) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.name = "UnverifiedSet";
+  }
 }
 
 /**

@@ -29,7 +29,14 @@
  */
 import type { ConfigStore, OfferOutcome } from "./generations.ts";
 import type { HubClientConfig } from "../config/load.ts";
-import { type Answer, askHub, type Base, HubRefusal, receiveSet } from "./hub_answer.ts";
+import {
+  type Answer,
+  askHub,
+  type Base,
+  HubRefusal,
+  receiveSet,
+  UnverifiedSet,
+} from "./hub_answer.ts";
 import { HubLink } from "./hub_link.ts";
 import type { CertificateRenewal } from "./enrol.ts";
 import { FollowedCache } from "./hub_cache.ts";
@@ -110,6 +117,8 @@ class Follower implements HubFollower {
   #repeats = 0;
   #urgent: Urgent[] = [];
   #revoked: { at: string; reason: string } | undefined;
+  /** The last answer's set did not check (readiness: `set_rejected`); cleared by the next good one. */
+  #unverified: { at: string; message: string } | undefined;
   #onRevoked: ((reason: string) => void) | undefined;
 
   /**
@@ -160,6 +169,7 @@ class Follower implements HubFollower {
       revoked: this.#revoked ?? null,
       renewal: this.#options.renewal?.status() ?? null,
       received_hash: this.#sets.served?.hash ?? null,
+      unverified: this.#unverified ?? null,
       ...this.#sets.status(),
       cache: this.#cache.status(),
       ...this.#link.hubStatus(),
@@ -245,6 +255,7 @@ class Follower implements HubFollower {
       this.#holding = false;
       this.#link.answered(answer);
       const outcome = await this.#apply(answer);
+      this.#unverified = undefined;
       if (!wait) this.#settleUrgent(this.#sets.pending ? pendingOutcome(outcome) : outcome);
       // A hub that does not read `seen` answers a held poll at once with the set seen: pace it.
       this.#repeats = outcome.repeat && wait ? this.#repeats + 1 : 0;
@@ -315,7 +326,9 @@ class Follower implements HubFollower {
       return await receiveSet(answer, this.#sets.served);
     } catch (error) {
       this.#sets.served = undefined;
-      throw error;
+      const unverified = new UnverifiedSet(error);
+      this.#unverified = { at: new Date().toISOString(), message: unverified.message };
+      throw unverified;
     }
   }
 

@@ -11,7 +11,7 @@
 import type { HubClientConfig } from "../config/load.ts";
 import { backoffDelay } from "./backoff.ts";
 import { CacheWriteError } from "./cache_faults.ts";
-import { type Answer, describeHubFailure, hubHttpClient } from "./hub_answer.ts";
+import { type Answer, describeHubFailure, hubHttpClient, UnverifiedSet } from "./hub_answer.ts";
 
 /** One follower's connection state. */
 export class HubLink {
@@ -23,6 +23,8 @@ export class HubLink {
   #lastError: { at: string; message: string } | undefined;
   #lastContact: string | undefined;
   #retryAt: number | undefined;
+  /** When the hub stopped answering (the first failure of this outage); readiness names it. */
+  #unreachableSince: string | undefined;
   #hubNote: Record<string, unknown> | undefined;
   #hubGeneration: number | undefined;
   #client: Deno.HttpClient | undefined;
@@ -49,6 +51,7 @@ export class HubLink {
     this.#connected = true;
     this.#failures = 0;
     this.#retryAt = undefined;
+    this.#unreachableSince = undefined;
     this.#lastContact = new Date().toISOString();
     if (answer) [this.#hubNote, this.#hubGeneration] = [answer.hub, answer.generation];
   }
@@ -68,6 +71,8 @@ export class HubLink {
     }
     if (!disk) this.#connected = false;
     this.#lastError = { at: new Date().toISOString(), message };
+    // The hub answered with a set that did not check: it is reachable, the set is what failed.
+    if (!disk && !(error instanceof UnverifiedSet)) this.#unreachableSince ??= this.#lastError.at;
     this.#failures++;
     this.close();
     const delay = backoffDelay(this.#hub, this.#failures, this.#random);
@@ -104,6 +109,7 @@ export class HubLink {
       last_error: this.#lastError ?? null,
       failures: this.#failures,
       retry_at: this.#retryAt === undefined ? null : new Date(this.#retryAt).toISOString(),
+      unreachable_since: this.#unreachableSince ?? null,
     };
   }
 

@@ -5,6 +5,13 @@
  * an IPv4-mapped IPv6 address (RFC 4291 §2.5.5.2) is the IPv4 address it carries. Anything that is
  * not an address becomes "-", so a malformed or hostile value is never echoed into a log.
  *
+ * It is the only place that may write a client address down: the far end of a connection the
+ * process accepted (edge lanes, door, hub listeners — a node connecting to the hub included) and
+ * every address a client claims (X-Forwarded-For and the other client-address headers, the
+ * effective client). Addresses the config names and the process dials (hub, SOCKS pool, backends)
+ * are not client addresses. tests/anon_addresses_test.ts scans every module's syntax tree for a
+ * client address that reaches a log line, a diagnostic, a span, a metric or an error another way.
+ *
  * Parsing reuses the trusted-proxy parser in `src/request/cidr.ts` rather than `node:net`'s `isIP`
  * plus a second hand-written IPv6 expander: the log then agrees exactly with the forwarded headers
  * on what an address is (brackets, zone ids, mapped forms, no octal quads).
@@ -18,7 +25,8 @@ export const NO_ADDRESS = "-";
 
 /**
  * Anonymises a client address for logging: IPv4 → /24, IPv6 → /64, mapped IPv6 → IPv4 /24, zone
- * ids and brackets dropped, anything else → "-".
+ * ids and brackets dropped, anything else (an absent address too: a socket already closed has none)
+ * → "-".
  *
  * @param address a peer or forwarded address, as received
  * @returns the network part in canonical text, without a prefix length, or "-"
@@ -33,7 +41,8 @@ export const NO_ADDRESS = "-";
  * assert.equal(anonymizeIp("not an address"), "-");
  * ```
  */
-export function anonymizeIp(address: string): string {
+export function anonymizeIp(address: string | undefined): string {
+  if (address === undefined) return NO_ADDRESS;
   const canonical = canonicalAddress(address);
   if (canonical === undefined) return NO_ADDRESS;
   const prefix = canonical.includes(":") ? 64 : 24;

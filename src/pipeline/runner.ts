@@ -19,11 +19,13 @@
  *
  * @module
  */
+import type { LaneName } from "../ledger/lane_names.ts";
 import type { Ledger } from "../ledger/ledger.ts";
 import type { Reservation } from "../ledger/reservation.ts";
 import type { Observer, RequestRecord } from "../observe/observer.ts";
 import type { ResponseStats } from "../observe/response_stats.ts";
 import { decorate } from "../policy/checks.ts";
+import { ErrorPages } from "../request/error_pages.ts";
 import { describeError, failureReply, GatewayError } from "../request/errors.ts";
 import { carriesBody } from "../request/head.ts";
 import type { Reply } from "../request/reply.ts";
@@ -60,6 +62,11 @@ export interface PipelineServices extends LanePhaseServices {
   readonly observer?: Observer;
   /** The public lane's admin gate (`lanes.public.admin_gate`), when configured. */
   readonly adminGate?: AdminGate;
+  /**
+   * How failures read on the lanes a third party reaches (`errors`; absent: the minimal default).
+   * `local_health` (loopback or a Unix socket, by the boot rule) keeps the envelope its tools read.
+   */
+  readonly errorPages?: ErrorPages;
 }
 
 /** A lane's pipeline, as the transport calls it. */
@@ -93,6 +100,19 @@ export function createPipeline<S extends PipelineServices>(
   return new Runner(lane, services, phases);
 }
 
+/**
+ * How a lane's failures read: the operator's `errors` choice (absent: the minimal default), except
+ * on `local_health` — loopback or a Unix socket by the boot rule — which keeps the envelope and the
+ * request id the operator's tools read.
+ */
+export function errorPagesFor(
+  lane: LaneName,
+  services: Pick<PipelineServices, "errorPages">,
+): ErrorPages {
+  if (lane === "local_health") return ErrorPages.structured();
+  return services.errorPages ?? ErrorPages.minimal();
+}
+
 class Runner<S extends PipelineServices> implements Pipeline {
   readonly #lane: LaneTable<S>;
   readonly #services: S;
@@ -101,6 +121,8 @@ class Runner<S extends PipelineServices> implements Pipeline {
   readonly #expireWaiting = (exchange: Exchange) => this.#expire(exchange);
   /** Answers an admin gate hit (public lane only); false for a miss. */
   readonly #adminGate?: (arrival: Arrival) => boolean;
+  /** How this lane's failures read. */
+  readonly #pages: ErrorPages;
 
   constructor(lane: LaneTable<S>, services: S, phases: readonly Phase<S>[]) {
     this.#lane = lane;
@@ -112,6 +134,7 @@ class Runner<S extends PipelineServices> implements Pipeline {
     const gate = name === "public" ? services.adminGate : undefined;
     const drains = lane.descriptor.drains;
     if (gate) this.#adminGate = adminGateAnswer({ gate, services, lane: name, drains });
+    this.#pages = errorPagesFor(name, services);
   }
 
   get phases(): readonly string[] {
@@ -255,7 +278,8 @@ class Runner<S extends PipelineServices> implements Pipeline {
       if (reply.failure) record.outcome ??= reply.failure;
       record.responding = record.phase("portcullis.response");
     }
-    write(reply, { "x-request-id": exchange.requestId });
+    const finished = this.#pages.finish(reply, exchange.requestId);
+    write(finished.reply, finished.extra);
   }
 
   /**

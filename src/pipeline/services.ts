@@ -5,6 +5,7 @@
  * @module
  */
 import type { ConfigStore, OfferOutcome } from "../live/generations.ts";
+import type { EmptyTenants } from "../live/readiness.ts";
 import type { ResponseStats } from "../observe/response_stats.ts";
 import type { StoreCounters } from "../fleet/store_counters.ts";
 import type { PolicyStats } from "../policy/policy_stats.ts";
@@ -68,6 +69,8 @@ export interface OperatorServices {
   readonly admin: AdminCredential;
   /** The open-file limit measured at boot and the public lane's share; absent when unknown. */
   readonly files?: DescriptorPlan;
+  /** What readiness says of a live set with no tenant (`readiness.empty_tenants`; default not ready). */
+  readonly emptyTenants?: EmptyTenants;
 }
 
 /**

@@ -29,10 +29,15 @@
  * - Upgrade (RFC 9110 §7.8): a protocol switch being tunnelled keeps its Upgrade field(s) and gets
  *   exactly one `Connection: upgrade`, since a sender of Upgrade must list it in Connection; none is
  *   written when no Upgrade field survives.
- * - Identity: `X-Portcullis-*` belongs to the gateway. Client (and upstream) copies are dropped,
- *   including underscore spellings: CGI-style servers map "_" and "-" to the same variable, so
- *   `X_Portcullis_Tenant` would read as the real one. For the same reason an underscore twin of
- *   X-Forwarded-For or Content-Length never goes upstream.
+ * - Identity: the headers that name the tenant, the route and the request id to backends are
+ *   written only where the operator named them (`forwarding.backend_headers`; none by default, so
+ *   no backend learns a project-specific header name). A named header belongs to the gateway:
+ *   client (and upstream) copies are dropped, including underscore spellings — CGI-style servers
+ *   map "_" and "-" to the same variable, so `X_Tenant` would read as the real one — and the
+ *   gateway writes its own. `X-Portcullis-*` (the names these headers had before they were
+ *   optional) stays the gateway's whatever is named, so a backend that still reads one never gets
+ *   a client's copy. For the same reason an underscore twin of X-Forwarded-For or Content-Length
+ *   never goes upstream.
  * - Forwarding (RFC 7239 defines Forwarded; X-Forwarded-* is its de-facto predecessor): every
  *   client-supplied X-Forwarded-*, X-Real-IP, Forwarded, X-Original-URL, X-Rewrite-URL and
  *   X-Request-Id is dropped and the gateway writes its own. X-Forwarded-For keeps the inbound chain
@@ -46,9 +51,11 @@
  * - Trace context (W3C Trace Context §3.2, §3.3): a client's `traceparent` and `tracestate` pass
  *   only from a trusted proxy. With tracing on, the gateway writes `traceparent` itself — its
  *   upstream attempt's span, in the trusted proxy's trace or a new one — and the inbound one goes.
- * - Via (RFC 9110 §7.6.3): with a pseudonym configured, the gateway appends `1.1 <pseudonym>` to
- *   the Via list of every message it forwards, both ways. The pseudonym is the operator's choice,
- *   never the node id (which would name the machine to every upstream and client).
+ * - Via (RFC 9110 §7.6.3): with a pseudonym configured for a direction, the gateway appends
+ *   `1.1 <pseudonym>` to the Via list of every message it forwards that way; without one, the
+ *   list passes as it came (none by default either way: forwarding_schema.ts says why). The
+ *   pseudonym is the operator's choice, never the node id (which would name the machine to every
+ *   upstream and client).
  *
  * @module
  */
@@ -56,6 +63,8 @@ import { DEFAULT_CLIENT_IP_HEADERS, walkChain } from "../request/client_ip_heade
 import { agreedLength } from "../egress/h1_response.ts";
 import type { BodyFraming } from "../request/head.ts";
 import { type AddressSet, canonicalAddress } from "../request/cidr.ts";
+import type { BackendHeaders } from "../config/forwarding_schema.ts";
+import { appendBackendHeaders, appendVia } from "./forwarding.ts";
 
 const DEFAULT_CLIENT_IP_SET: ReadonlySet<string> = new Set(DEFAULT_CLIENT_IP_HEADERS);
 const NO_NAMES: ReadonlySet<string> = new Set();
@@ -82,8 +91,12 @@ export interface ForwardContext {
   readonly upgrade: boolean;
   /** The framing of the body the gateway forwards (default: none). */
   readonly body?: BodyFraming;
-  /** The Via pseudonym; absent writes no Via of the gateway's own. */
+  /** The Via pseudonym toward backends; absent writes no Via entry of the gateway's own. */
   readonly via?: string;
+  /** The header names that carry tenant, route and request id upstream; absent: none. */
+  readonly backendHeaders?: BackendHeaders;
+  /** Those names, lower case with "_" as "-": the gateway's own, dropped from the client. */
+  readonly owned?: ReadonlySet<string>;
   /** Lower-case client-address header names kept only from a trusted peer. */
   readonly clientIpHeaders?: ReadonlySet<string>;
   /** The gateway's own `traceparent` for this attempt (tracing on); it replaces any inbound one. */
@@ -100,7 +113,7 @@ const HOP = 1;
 const UPGRADE = 2;
 /** Rebuilt or refused upstream, left alone downstream: Host and the forwarding claims. */
 const REBUILT = 3;
-/** The gateway's own: X-Portcullis-* and X-Request-Id, dropped both ways and re-added. */
+/** The gateway's own: the named backend headers, X-Portcullis-* and X-Request-Id, dropped both ways. */
 const OURS = 4;
 /** Content-Length: rewritten upstream, kept downstream (unless chunked), immune to Connection. */
 const LENGTH = 5;
@@ -158,7 +171,7 @@ interface Scan {
  * Builds the header list to send upstream: hop-by-hop, framing and client identity/forwarding
  * claims removed, `Host: <authority>` first, then the gateway's own framing of the body, then the
  * surviving fields in order, then (for a tunnelled upgrade) `Connection: upgrade`, Via, the
- * X-Portcullis-Tenant/-Route/-Request-Id headers, X-Forwarded-For, X-Real-IP,
+ * headers the operator named for tenant, route and request id, X-Forwarded-For, X-Real-IP,
  * X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id, and the gateway's `traceparent`.
  *
  * @param raw the inbound `rawHeaders`
@@ -173,14 +186,16 @@ interface Scan {
  *   peer: "::ffff:192.0.2.9", trusted: AddressSet.of([]), proto: "https", host: "a.example",
  *   requestId: "r1", tenant: "a.example", route: "api", authority: "10.0.0.5:80", upgrade: false,
  * } as const;
- * assert.deepEqual(upstreamHeaders(raw, context).slice(0, 4), ["Host", "10.0.0.5:80", "X-Portcullis-Tenant", "a.example"]);
+ * assert.deepEqual(upstreamHeaders(raw, context).slice(0, 4), ["Host", "10.0.0.5:80", "X-Forwarded-For", "192.0.2.9"]);
+ * const named = { ...context, backendHeaders: { tenant: "X-Tenant" }, owned: new Set(["x-tenant"]) };
+ * assert.deepEqual(upstreamHeaders(raw, named).slice(2, 4), ["X-Tenant", "a.example"]);
  * assert.equal(upstreamHeaders(raw, context).indexOf("6.6.6.6"), -1);
  * ```
  */
 export function upstreamHeaders(raw: readonly string[], context: ForwardContext): string[] {
   const peer = canonicalAddress(context.peer) ?? "";
   const trusted = peer !== "" && context.trusted.has(peer);
-  const scanned = scan(raw, context.clientIpHeaders ?? DEFAULT_CLIENT_IP_SET);
+  const scanned = scan(raw, context.clientIpHeaders ?? DEFAULT_CLIENT_IP_SET, context.owned);
   const out = ["Host", context.authority];
   const body = context.body ?? "none";
   if (body === "chunked") out.push("Transfer-Encoding", "chunked");
@@ -192,8 +207,7 @@ export function upstreamHeaders(raw: readonly string[], context: ForwardContext)
     : KEEP_UPSTREAM_TRUSTED;
   if (keep(raw, scanned, keeps, context.upgrade, out)) out.push("Connection", "upgrade");
   appendVia(out, scanned.via, context.via);
-  out.push("X-Portcullis-Tenant", context.tenant, "X-Portcullis-Route", context.route);
-  out.push("X-Portcullis-Request-Id", context.requestId);
+  appendBackendHeaders(out, context.backendHeaders, context);
   appendForwarded(out, scanned, context, peer, trusted);
   if (context.traceparent) out.push("traceparent", context.traceparent);
   return out;
@@ -219,26 +233,16 @@ function appendForwarded(
   out.push("X-Request-Id", context.requestId);
 }
 
-/** Writes the message's Via list with `1.1 <pseudonym>` appended (the list as it was without one). */
-function appendVia(out: string[], via: readonly string[], pseudonym: string | undefined): void {
-  let list = "";
-  for (const value of via) {
-    const trimmed = value.trim();
-    if (trimmed !== "") list += list === "" ? trimmed : `, ${trimmed}`;
-  }
-  if (pseudonym !== undefined) list += list === "" ? `1.1 ${pseudonym}` : `, 1.1 ${pseudonym}`;
-  if (list !== "") out.push("Via", list);
-}
-
 /**
  * Builds the header list to send the client from an upstream response: hop-by-hop fields and the
- * upstream's X-Portcullis-* and X-Request-Id removed (Content-Length too when the response was
- * chunked), Via extended with the gateway's pseudonym, `X-Request-Id: <requestId>` appended.
+ * upstream's copies of the gateway's own headers (the named backend headers, X-Portcullis-*,
+ * X-Request-Id) removed (Content-Length too when the response was chunked), Via extended with the
+ * gateway's pseudonym toward clients when one is set, `X-Request-Id: <requestId>` appended.
  *
  * @param raw the upstream response's `rawHeaders`
  * @param requestId the request id to echo
  * @param options `upgrade` when relaying the 101 of a tunnelled upgrade (keeps Upgrade); `via`,
- *   the gateway's Via pseudonym
+ *   the gateway's Via pseudonym toward clients; `owned`, the folded backend header names
  * @example
  * ```ts
  * import assert from "node:assert/strict";
@@ -250,10 +254,14 @@ function appendVia(out: string[], via: readonly string[], pseudonym: string | un
 export function downstreamHeaders(
   raw: readonly string[],
   requestId: string,
-  options: { readonly upgrade?: boolean; readonly via?: string } = {},
+  options: {
+    readonly upgrade?: boolean;
+    readonly via?: string;
+    readonly owned?: ReadonlySet<string>;
+  } = {},
 ): string[] {
   const out: string[] = [];
-  const scanned = scan(raw, NO_NAMES);
+  const scanned = scan(raw, NO_NAMES, options.owned);
   if (keep(raw, scanned, KEEP_DOWNSTREAM, options.upgrade ?? false, out)) {
     out.push("Connection", "upgrade");
   }
@@ -277,8 +285,15 @@ export function isIdentityHeader(name: string): boolean {
   return normalize(name.toLowerCase()).startsWith(IDENTITY_PREFIX);
 }
 
-/** Reads names, kinds, Connection tokens and the forwarding values in one pass. */
-function scan(raw: readonly string[], clientIp: ReadonlySet<string>): Scan {
+/**
+ * Reads names, kinds, Connection tokens and the forwarding values in one pass; `owned` names are
+ * the gateway's own.
+ */
+function scan(
+  raw: readonly string[],
+  clientIp: ReadonlySet<string>,
+  owned: ReadonlySet<string> = NO_NAMES,
+): Scan {
   const names: string[] = [];
   const kinds: number[] = [];
   const nominated = new Set<string>();
@@ -291,7 +306,11 @@ function scan(raw: readonly string[], clientIp: ReadonlySet<string>): Scan {
     const lower = raw[index].toLowerCase();
     const name = normalize(lower);
     names.push(name);
-    const kind = clientIp.has(name) ? CLIENT_IP : kindOf(name, name !== lower);
+    const kind = owned.has(name)
+      ? OURS
+      : clientIp.has(name)
+      ? CLIENT_IP
+      : kindOf(name, name !== lower);
     kinds.push(kind);
     if (lower === "connection") addTokens(nominated, raw[index + 1]);
     else if (lower === "x-forwarded-for") forwardedFor.push(raw[index + 1]);

@@ -36,17 +36,12 @@ import { type Answer, type Attempt, type Forward, sendAttempt } from "./attempt.
 import { AttemptFailure, deniedByDeno } from "./attempt_failure.ts";
 import { applyRewrite } from "./rewrite.ts";
 import { canOwn, sendOwnedAttempt } from "./owned_attempt.ts";
+import type { Forwarding } from "./forwarding.ts";
 import type { PathRules } from "../request/canonical_path.ts";
 
 export type { Forward } from "./attempt.ts";
 
-/** How forwarded messages are marked: the Via pseudonym and the client-address claims. */
-export interface Forwarding {
-  /** The Via pseudonym (`forwarding.via`); absent when the operator turned Via off. */
-  readonly via?: string;
-  /** Lower-case client-address header names kept only from a trusted proxy. */
-  readonly clientIpHeaders: ReadonlySet<string>;
-}
+export type { Forwarding } from "./forwarding.ts";
 
 /** What the proxy phase needs from the edge. */
 export interface UpstreamServices {
@@ -103,7 +98,9 @@ export function prepareForward(
       route: action.route,
       upgrade: context.upgrade !== undefined,
       body: head.body,
-      via: services.forwarding.via,
+      via: services.forwarding.via.backends,
+      backendHeaders: services.forwarding.backendHeaders,
+      owned: services.forwarding.owned,
       clientIpHeaders: services.forwarding.clientIpHeaders,
     },
   };
@@ -261,7 +258,7 @@ function answerReply(
     egress.finish(way, backend, { instanceOk: ok, backendOk: ok, latencyMs });
     if (!ok) services.log(`portcullis: request ${context.requestId}: upstream body aborted`);
   };
-  const via = services.forwarding.via;
+  const { owned, via: { clients: via } } = services.forwarding;
   if (answer.tunnel) {
     // The tunnel's bytes are opaque: its end is neither success nor failure of the instance.
     answer.tunnel.socket.once("close", () => finish(true));
@@ -269,13 +266,17 @@ function answerReply(
     if (context.upgrade!.head.byteLength > 0) answer.tunnel.socket.write(context.upgrade!.head);
     return {
       status: 101,
-      rawHeaders: downstreamHeaders(answer.rawHeaders, context.requestId, { upgrade: true, via }),
+      rawHeaders: downstreamHeaders(answer.rawHeaders, context.requestId, {
+        upgrade: true,
+        via,
+        owned,
+      }),
       tunnel: answer.tunnel,
     };
   }
   return {
     status: answer.status,
-    rawHeaders: downstreamHeaders(answer.rawHeaders, context.requestId, { via }),
+    rawHeaders: downstreamHeaders(answer.rawHeaders, context.requestId, { via, owned }),
     stream: answer.stream(finish),
   };
 }

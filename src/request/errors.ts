@@ -5,6 +5,11 @@
  * logs and spans, never to the client. The table serves both roles: an edge's phases and the hub's
  * config stream answer through the same envelope.
  *
+ * The envelope is what the gateway's own nodes and tools read; it is not what a third party sees
+ * by default. Each server's writer hands a failure reply to error_pages.ts, which renders it as the
+ * operator chose (`errors`): by default the status's reason phrase alone, since the envelope's
+ * shape, codes and messages would name the software to anyone who sends one bad request.
+ *
  * @module
  */
 import type { OverloadKind } from "../ledger/overload.ts";

@@ -28,14 +28,17 @@ const SECRET = { secret: true, maxBytes: 4096 } as const;
 /** The admin credential of one edge. */
 export class AdminCredential {
   readonly #digest?: Uint8Array;
+  /** The realm a refusal's `Bearer` challenge names (`admin.realm`); absent: none. */
+  readonly realm?: string;
 
-  private constructor(digest?: Uint8Array) {
+  private constructor(digest?: Uint8Array, realm?: string) {
     this.#digest = digest;
+    this.realm = realm;
   }
 
   /** No token: only Unix socket clients may act. */
-  static none(): AdminCredential {
-    return new AdminCredential();
+  static none(realm?: string): AdminCredential {
+    return new AdminCredential(undefined, realm);
   }
 
   /**
@@ -44,7 +47,7 @@ export class AdminCredential {
    *
    * @throws {Error} naming the file and what is wrong with it (never its content)
    */
-  static async load(file: string): Promise<AdminCredential> {
+  static async load(file: string, realm?: string): Promise<AdminCredential> {
     const token = (await readNamedFile(file, "admin.token_file", SECRET)).trim();
     if (token.length < 16 || !BEARER_TOKEN.test(token)) {
       throw new Error(
@@ -52,7 +55,7 @@ export class AdminCredential {
           "A-Z a-z 0-9 . _ ~ + / - (then = padding), as a bearer token is spelt (RFC 6750)",
       );
     }
-    return new AdminCredential(digest(token));
+    return new AdminCredential(digest(token), realm);
   }
 
   /** True when a token is configured. */

@@ -33,6 +33,7 @@ import type { ConnectionBudget, Ledger } from "../ledger/ledger.ts";
 import type { LaneName } from "../ledger/lane_names.ts";
 import type { ResponseStats } from "../observe/response_stats.ts";
 import type { PathRules } from "../request/canonical_path.ts";
+import { ErrorPages } from "../request/error_pages.ts";
 import { failureReply } from "../request/errors.ts";
 import { requestIdFor } from "../request/request_id.ts";
 import {
@@ -84,6 +85,8 @@ export interface LaneListenerOptions {
   readonly serve: (arrival: Arrival) => void;
   /** Hands `Upgrade` requests to the pipeline (a lane with a dataplane); else node refuses them. */
   readonly upgrades: boolean;
+  /** How the refusals written here read (the lane's, as its pipeline's; absent: minimal). */
+  readonly errorPages?: ErrorPages;
 }
 
 /**
@@ -100,6 +103,7 @@ export function createLaneListener(options: LaneListenerOptions): LaneHttpServer
 class LaneListener implements ListenerSide {
   readonly http: LaneHttpServer;
   readonly #options: LaneListenerOptions;
+  readonly #pages: ErrorPages;
   readonly #connections = new WeakMap<object, ConnectionBudget>();
   /** Admitted requests with a body still arriving: how to end each if its body turns out broken. */
   readonly #bodyBreakers = new WeakMap<object, () => void>();
@@ -109,6 +113,7 @@ class LaneListener implements ListenerSide {
 
   constructor(options: LaneListenerOptions) {
     this.#options = options;
+    this.#pages = options.errorPages ?? ErrorPages.minimal();
     this.#deliveries = new DeliveryWatch(options.limits);
     const http = createHttpServer(
       options.limits,
@@ -213,7 +218,11 @@ class LaneListener implements ListenerSide {
       // The body is unread on a socket node no longer parses: nothing can frame what follows.
       const requestId = requestIdFor(request.headers["x-request-id"]);
       this.stats.protocolError(this.#options.lane);
-      arrival.refuse(failureReply("bad_request", requestId), { "x-request-id": requestId });
+      const { reply, extra } = this.#pages.finish(
+        failureReply("bad_request", requestId),
+        requestId,
+      );
+      arrival.refuse(reply, extra);
       return;
     }
     this.#options.serve(arrival);
@@ -293,7 +302,8 @@ class LaneListener implements ListenerSide {
     const requestId = crypto.randomUUID();
     const refuse = () => {
       if (socket.destroyed) return;
-      writeRawReply(socket, failureReply(kind, requestId), { "x-request-id": requestId }, () => {});
+      const { reply, extra } = this.#pages.finish(failureReply(kind, requestId), requestId);
+      writeRawReply(socket, reply, extra, () => {});
     };
     const connection = this.#connections.get(socket);
     if (!(connection instanceof ConnectionState)) return refuse();

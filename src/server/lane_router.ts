@@ -10,6 +10,10 @@
  * one answer (proofs/p4_route_scope_test.ts). Each handler's {@link Reply} is the lane's answer
  * as before, written by the lane's own writer.
  *
+ * A refusal's challenge is `WWW-Authenticate: Bearer`, with `realm="<admin.realm>"` only where the
+ * operator named one (RFC 6750 §3 makes the realm optional): a default realm would name the
+ * software to whoever knocks.
+ *
  * @module
  */
 import { Hono, type MiddlewareHandler } from "hono";
@@ -87,12 +91,11 @@ function adminCredential<S>(
 ): MiddlewareHandler<LaneEnv<S>> {
   const refused = (c: { env: LaneEnv<S>["Bindings"] }) => {
     const reply = failureReply("admin_credential_required", c.env.requestId, {
-      headers: { "www-authenticate": 'Bearer realm="portcullis"' },
+      headers: { "www-authenticate": bearerChallenge(credential(c.env.services).realm) },
     });
     return new Response(reply.body as string, { status: reply.status, headers: reply.headers });
   };
   const bearer = bearerAuth<LaneEnv<S>>({
-    realm: "portcullis",
     verifyToken: (token, c) => credential(c.env.services).permitsToken(token),
     noAuthenticationHeader: { message: refused },
     invalidAuthenticationHeader: { message: refused },
@@ -102,4 +105,20 @@ function adminCredential<S>(
     if (c.env.context.peer === "") return await next();
     return await bearer(c, next);
   };
+}
+
+/**
+ * A `Bearer` challenge (RFC 6750 §3): with `realm="<realm>"` when one is set (config checks it
+ * holds no `"` or `\`), else the scheme alone.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { bearerChallenge } from "./lane_router.ts";
+ * assert.equal(bearerChallenge(undefined), "Bearer");
+ * assert.equal(bearerChallenge("ops"), 'Bearer realm="ops"');
+ * ```
+ */
+export function bearerChallenge(realm: string | undefined): string {
+  return realm === undefined ? "Bearer" : `Bearer realm="${realm}"`;
 }

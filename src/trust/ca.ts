@@ -118,7 +118,16 @@ export interface InitCaOptions {
   intermediateDays?: number;
   /** 365 by default, and never past the intermediate's end. */
   hubDays?: number;
+  /**
+   * What the CA certificates' common names start with ({@link DEFAULT_CA_LABEL} by default):
+   * every prober of a mutual-TLS listener reads them (the issuer, the accepted CA names), so the
+   * default names no product.
+   */
+  label?: string;
 }
+
+/** The CA certificates' names by default: `fleet root`, `fleet intermediate`. */
+export const DEFAULT_CA_LABEL = "fleet";
 
 /** What a node asks {@link signNodeCsr} for. */
 export interface NodeCsrRequest {
@@ -145,6 +154,18 @@ export const SKEW_MS = 5 * 60_000;
 const CA_USAGE = x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign;
 const MAX_PEM = 64 * 1024;
 
+/** `label`, checked: printable ASCII a common name can hold, no characters of a DN's syntax. */
+function caLabel(label: string): string {
+  if (!/^[A-Za-z0-9][A-Za-z0-9 ._-]{0,47}$/.test(label)) {
+    throw new RangeError(
+      `A CA label is 1-48 letters, digits, spaces, dots, dashes or underscores, not ${
+        JSON.stringify(label)
+      }`,
+    );
+  }
+  return label;
+}
+
 /**
  * Makes a CA in `dir` (created 0700, with `issued/`, `secrets/`, `nodes/`, `revoked/` 0700): root, intermediate, the
  * hub's server certificate for `names` (`hub.crt` holds it and the intermediate), and an empty
@@ -157,6 +178,7 @@ const MAX_PEM = 64 * 1024;
 export async function initCa(dir: string, options: InitCaOptions): Promise<CaFiles> {
   const names = options.names.map(hubName);
   if (names.length === 0) throw new RangeError("A CA needs at least one name for the hub");
+  const label = caLabel(options.label ?? DEFAULT_CA_LABEL);
   const files = caFiles(dir);
   await refuseExisting(files);
   const now = options.now ?? new Date();
@@ -165,7 +187,7 @@ export async function initCa(dir: string, options: InitCaOptions): Promise<CaFil
     new Date(Math.min(now.getTime() + lifetimeMs(days), cap?.notAfter.getTime() ?? Infinity));
   const [rootKeys, middleKeys, hubKeys] = await Promise.all([newKeys(), newKeys(), newKeys()]);
   const root = await certify({
-    subject: "Portcullis fleet root",
+    subject: `${label} root`,
     publicKey: rootKeys.publicKey,
     signingKey: rootKeys.privateKey,
     extensions: [new x509.BasicConstraintsExtension(true, undefined, true)],
@@ -174,7 +196,7 @@ export async function initCa(dir: string, options: InitCaOptions): Promise<CaFil
     notAfter: until(options.rootDays ?? 3650),
   });
   const intermediate = await certify({
-    subject: "Portcullis fleet intermediate",
+    subject: `${label} intermediate`,
     publicKey: middleKeys.publicKey,
     signingKey: rootKeys.privateKey,
     issuer: root,

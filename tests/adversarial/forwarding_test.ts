@@ -5,8 +5,9 @@
  *   the upstream only from `trusted_proxies`; `forwarding.client_ip_headers` replaces the list.
  * - X-Forwarded-Proto is the scheme of the listener that accepted the request, whatever an
  *   untrusted client claims; a trusted proxy's own `http`/`https` claim is kept.
- * - Via (RFC 9110 §7.6.3): `1.1 portcullis` (or `forwarding.via`) is appended to the Via list both
- *   ways, none with `forwarding.via: false`, and the node id is never the name.
+ * - Via (RFC 9110 §7.6.3): none of the gateway's own by default (the lists pass as they came),
+ *   `1.1 <pseudonym>` appended both ways with `forwarding.via: <pseudonym>`, none with `false`,
+ *   and the node id is never the name (per-direction choices: blind_marks_test.ts).
  * - Strict-Transport-Security (RFC 6797 §7.2) never goes out over plain HTTP — the tenant
  *   policy's, a `respond` route's and an upstream's alike — and the policy's does over TLS. The
  *   policy's value replaces the other two, so they are checked again in an arena without it.
@@ -171,21 +172,25 @@ arenaTest("adversarial: forwarding from an untrusted client", marked(untrusted),
     assert.deepEqual(headerValues(seen, "x-forwarded-proto"), ["http"]);
   },
 
-  "the upstream receives Via 1.1 portcullis, appended to the client's Via list": async (arena) => {
+  "by default the upstream receives no Via of the gateway's, the client's list as it came": async (
+    arena,
+  ) => {
     const alone = upstreamSaw(await get(arena, "/api/echo"));
-    assert.deepEqual(headerValues(alone, "via"), ["1.1 portcullis"]);
+    assert.deepEqual(headerValues(alone, "via"), []);
     const listed = upstreamSaw(
       await get(arena, "/api/echo", [["Via", "1.0 fred"], ["Via", "1.1 p.example"]]),
     );
-    assert.deepEqual(headerValues(listed, "via"), ["1.0 fred, 1.1 p.example, 1.1 portcullis"]);
+    assert.deepEqual(headerValues(listed, "via"), ["1.0 fred, 1.1 p.example"]);
   },
 
-  "replies carry Via 1.1 portcullis, after the upstream's own": async (arena) => {
+  "by default replies carry no Via of the gateway's, the upstream's own as it came": async (
+    arena,
+  ) => {
     const echoed = await get(arena, "/api/echo");
-    assert.equal(echoed.headers.via, "1.1 portcullis");
+    assert.equal(echoed.headers.via, undefined);
     const marked = await untrusted.serve(() => get(arena, "/marked/x"));
     assert.equal(marked.status, 200);
-    assert.equal(marked.headers.via, `${UPSTREAM_VIA}, 1.1 portcullis`);
+    assert.equal(marked.headers.via, UPSTREAM_VIA);
   },
 
   "the node id names the gateway in no Via, either way": async (arena) => {
@@ -362,13 +367,13 @@ tlsArenaTest("adversarial: forwarding over TLS", () => {}, {
     assert.deepEqual(headerValues(seen, "x-forwarded-proto"), ["https"]);
   },
 
-  "a TLS reply carries the policy's Strict-Transport-Security and Via 1.1 portcullis": async (
+  "a TLS reply carries the policy's Strict-Transport-Security and, by default, no Via": async (
     client,
   ) => {
     const reply = await getOverTls(client);
     assert.equal(reply.status, 200);
     assert.equal(reply.headers["strict-transport-security"], POLICY_HSTS);
-    assert.equal(reply.headers.via, "1.1 portcullis");
+    assert.equal(reply.headers.via, undefined);
   },
 });
 

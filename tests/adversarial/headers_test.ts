@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { parseResponses } from "../fixtures/http_client.ts";
 import type { SeenRequest } from "../fixtures/upstream.ts";
 import { type Arena, arenaTest, headerValues, SHOP } from "./arena.ts";
+import { withLegacyHeaders } from "../fixtures/named_headers.ts";
 
 /** Expects an envelope with `status` and `code`, and that nothing reached the upstream. */
 async function refusedBefore(
@@ -36,7 +37,7 @@ function upstreamGot(arena: Arena, name: string): string[] {
   return headerValues(onlySeen(arena).rawHeaders, name);
 }
 
-arenaTest("adversarial: request heads", {}, {
+arenaTest("adversarial: request heads", { edit: withLegacyHeaders }, {
   "a missing Host on HTTP/1.1 is 400": async (arena) => {
     await refusedBefore(arena, "GET /api/echo HTTP/1.1\r\n\r\n", 400, "bad_request");
   },

@@ -21,6 +21,11 @@ export interface DoorsConfig {
   /** The folder of `<host>.yaml` mirror files. */
   readonly mirrorsDir: string;
   readonly slugsFile: string;
+  /**
+   * Where probe results are remembered across restarts (`doors.state_dir`); none: not remembered
+   * (a service built by hand in a test).
+   */
+  readonly stateDir?: string;
   /** Nodes that are doors (`doors.nodes`; a list only narrows: hub/node_standing.ts). */
   readonly nodes?: readonly string[];
   readonly watch: boolean;
@@ -47,6 +52,7 @@ export interface DoorsConfig {
  *   mirrors_dir: "mirrors",
  *   slugs_file: "doors.yaml",
  *   reload: { watch: true, debounce_ms: 250 },
+ *   state_dir: "doors-state",
  *   history: 16,
  *   prober: {
  *     enabled: false,
@@ -66,6 +72,7 @@ export function resolveDoorsConfig(
   return {
     mirrorsDir: resolvePath(raw.mirrors_dir),
     slugsFile: resolvePath(raw.slugs_file),
+    stateDir: resolvePath(raw.state_dir),
     nodes: raw.nodes,
     watch: raw.reload.watch,
     debounceMs: raw.reload.debounce_ms,
@@ -81,14 +88,21 @@ export function resolveDoorsConfig(
 }
 
 /**
- * The grants serving doors adds to a hub's: read for the mirrors folder and the slugs file, and
- * net to check-host.net:443 only while the prober is enabled with the check_host client.
+ * The grants serving doors adds to a hub's: read for the mirrors folder and the slugs file; with
+ * the prober enabled, read and write for the folder its results are remembered in
+ * (`doors.state_dir`); and net to check-host.net:443 only while the prober is enabled with the
+ * check_host client.
  */
 export function doorsGrants(config: DoorsConfig): Grant[] {
   const grants: Grant[] = [
     { name: "read", value: config.mirrorsDir, purpose: "door mirrors folder" },
     { name: "read", value: config.slugsFile, purpose: "door slugs file" },
   ];
+  if (config.prober.enabled && config.stateDir !== undefined) {
+    const purpose = "remembered mirror probe results";
+    grants.push({ name: "read", value: config.stateDir, purpose });
+    grants.push({ name: "write", value: config.stateDir, purpose });
+  }
   if (config.prober.enabled && config.prober.client === "check_host") {
     grants.push({
       name: "net",

@@ -29,7 +29,7 @@ export const Region = v.pipe(
 );
 
 /** A check-host.net node a mirror is checked from: `de1` or `de1.node.check-host.net`. */
-const ProbeRegion = v.pipe(
+export const ProbeRegion = v.pipe(
   v.string("Expected a check-host.net node name"),
   v.regex(
     /^[a-z0-9][a-z0-9.-]{0,62}$/,
@@ -78,6 +78,11 @@ export const DoorsSchema = v.strictObject({
   nodes: v.optional(v.array(NodeId, "Expected a list of node ids")),
   /** Reload the mirrors folder and the slugs file when they change. */
   reload: RuntimeWatch,
+  /**
+   * The folder where the hub keeps its probe results across restarts (`probe-results.json`,
+   * hub/mirrors/remembered.ts), written only by the hub and only with an enabled prober.
+   */
+  state_dir: v.optional(Text, "doors-state"),
   prober: v.optional(Prober, {}),
   /** Door views kept to answer with a delta (an older `have` gets a snapshot). */
   history: v.optional(wholeNumber(1, 1000), 16),

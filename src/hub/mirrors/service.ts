@@ -8,6 +8,10 @@
  * registered by the CA as a door, and listed in `doors.nodes` when that is set) before calling
  * {@link DoorService.answer}; this module never sees a credential. A new mirror is `unknown` until the next round checks it.
  *
+ * With the prober enabled, the results are remembered across restarts (`remembered.ts`): read
+ * before the first view is published, so the first answer a door gets after a restart carries
+ * the verdicts the hub had, and written again after every result and round.
+ *
  * @module
  */
 import type { ServerResponse } from "node:http";
@@ -17,6 +21,7 @@ import type { DoorsConfig } from "./config.ts";
 import { DoorFeed } from "./feed.ts";
 import { type MirrorCheckClient, MirrorProber } from "./prober.ts";
 import { MirrorRegistry, type RegistrySet, type ReloadOutcome } from "./registry.ts";
+import { RememberedResults } from "./remembered.ts";
 import { type Verdict, verdictOf, VERDICTS } from "./verdict.ts";
 import type { DoorView } from "./view.ts";
 
@@ -32,6 +37,8 @@ export interface DoorServiceOptions {
   readonly holdMs: number;
   /** The clock (epoch ms); tests inject one. */
   readonly now?: () => number;
+  /** The hub's node id: written in the remembered results and required of them. */
+  readonly hubId?: string;
 }
 
 /** What the hub knows about one door that follows it. */
@@ -57,6 +64,9 @@ export class DoorService {
   readonly #registry: MirrorRegistry;
   readonly #stopping = new AbortController();
   #prober: MirrorProber | undefined;
+  #remembered: RememberedResults | undefined;
+  /** The last save {@link #refresh} started ({@link probeNow} waits for it). */
+  #saved: Promise<void> = Promise.resolve();
   #feed: DoorFeed | undefined;
 
   /**
@@ -77,22 +87,38 @@ export class DoorService {
    */
   async start(): Promise<void> {
     const set = await this.#registry.load();
+    const { prober, stateDir } = this.#config;
+    if (prober.enabled) {
+      this.#prober = new MirrorProber({
+        client: this.#options.client ?? new CheckHostClient(),
+        regions: prober.regions,
+        intervalMs: prober.intervalMs,
+        timeoutMs: prober.timeoutMs,
+        hosts: () => this.#registry.current.mirrors.filter((m) => m.enabled).map((m) => m.host),
+        onResult: () => this.#refresh(),
+        onRound: () => this.#refresh(),
+        log: this.#options.log,
+        now: this.#now,
+      });
+      if (stateDir !== undefined) await this.#recall(stateDir, set);
+    }
     this.#feed = new DoorFeed(this.#view(set), { history: this.#config.history });
     this.#registry.onChange(() => this.#refresh());
-    const { prober } = this.#config;
-    if (!prober.enabled) return;
-    this.#prober = new MirrorProber({
-      client: this.#options.client ?? new CheckHostClient(),
-      regions: prober.regions,
-      intervalMs: prober.intervalMs,
-      timeoutMs: prober.timeoutMs,
-      hosts: () => this.#registry.current.mirrors.filter((m) => m.enabled).map((m) => m.host),
-      onResult: () => this.#refresh(),
-      onRound: () => this.#refresh(),
-      log: this.#options.log,
-      now: this.#now,
+    this.#prober?.start();
+  }
+
+  /** Loads the remembered results into the prober (before the first view: remembered.ts). */
+  async #recall(dir: string, set: RegistrySet): Promise<void> {
+    const { log, hubId } = this.#options;
+    const remembered = new RememberedResults({ dir, hub: hubId ?? "", log, now: this.#now });
+    this.#remembered = remembered;
+    const results = await remembered.load({
+      now: this.#now(),
+      intervalMs: this.#config.prober.intervalMs,
+      regions: this.#config.prober.regions,
+      hosts: new Set(set.mirrors.map((m) => m.host)),
     });
-    this.#prober.start();
+    for (const [host, result] of results) this.#prober!.results.set(host, result);
   }
 
   /** Stops watching and probing, and releases every held poll (idempotent). */
@@ -115,8 +141,9 @@ export class DoorService {
   }
 
   /** Runs a probe round now and resolves when it has ended (at once without a prober). */
-  probeNow(): Promise<void> {
-    return this.#prober?.roundNow() ?? Promise.resolve();
+  async probeNow(): Promise<void> {
+    await this.#prober?.roundNow();
+    await this.#saved;
   }
 
   /** The doors' state for the hub's `/v1/config`: registry, prober, mirrors and verdicts, doors. */
@@ -144,6 +171,7 @@ export class DoorService {
         interval_ms: prober.intervalMs,
         regions: prober.regions,
         ...this.#prober?.status(),
+        remembered: this.#remembered?.status() ?? null,
       },
       mirrors,
       verdicts,
@@ -188,6 +216,7 @@ export class DoorService {
     const set = this.#registry.current;
     this.#prober?.forget(new Set(set.mirrors.map((m) => m.host)));
     this.#feed?.publish(this.#view(set));
+    if (this.#prober && this.#remembered) this.#saved = this.#remembered.save(this.#prober.results);
   }
 
   /** The view doors get: enabled mirrors with verdicts, and every slug. */
