@@ -12,6 +12,14 @@
  * Three configurations, one gateway each: `workers: 1` (one public worker beside the isolate of the
  * protected lanes), `workers: 2`, and `shared_event_loop: true` (one isolate).
  *
+ * `BENCH_LOG_EPISODE=stall` or `disk-full` puts a fault on the access log for a sixth of the run
+ * (soak_episodes.ts: a reader of stdout that stops, or stdout a file on a tmpfs that fills; the
+ * latter needs root): logging must never block serving (issue 32), so the mix must go on being
+ * served, lines are dropped and counted instead, and memory and descriptors must come back after.
+ * Each sample then also shows the access log's lines written and dropped and its drop episodes
+ * (from `/metrics`), and the run ends with requests per second and latency before, during and after
+ * the episode and the episode lines the gateway wrote on stderr.
+ *
  * Usage: `deno task bench:soak` (needs `nginx`); `BENCH_ONLY=workers-1`, `workers-2` or `shared`
  * for one; `BENCH_SECONDS=60` for a short run while developing. Loopback only, bounded in time.
  *
@@ -29,14 +37,38 @@ import {
   stopAll,
   writeGateway,
 } from "./lib.ts";
+import {
+  episodeKind,
+  type LogDisk,
+  type LogEpisode,
+  logEpisode,
+  mountLogDisk,
+  phaseTally,
+  quantile,
+} from "./soak_episodes.ts";
+import {
+  fdsOf,
+  keep,
+  type Kept,
+  kept as emptyKept,
+  loadAverage,
+  mb,
+  NOTABLE_CAP,
+  printSamples,
+  printSummary,
+  reportEpisode,
+  type Sample,
+  SAMPLE_MS,
+  scrape,
+  summarize,
+} from "./soak_report.ts";
 
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 300);
 const RATE = Number(Deno.env.get("BENCH_RATE") ?? 300);
 const ONLY = Deno.env.get("BENCH_ONLY");
+const EPISODE = episodeKind(Deno.env.get("BENCH_LOG_EPISODE"));
 /** Pooled keep-alive connections (the fresh and aborted requests open their own). */
 const CONNECTIONS = 8;
-const SAMPLE_MS = 10_000;
-const MB = 1024 * 1024;
 
 /**
  * How a request is sent: on a pooled keep-alive connection, on a fresh connection that closes after
@@ -76,80 +108,42 @@ const CONFIGURATIONS = [
   { name: "shared", workers: 1, shared: true },
 ] as const;
 
-interface Sample {
-  readonly seconds: number;
-  readonly rss: number;
-  readonly fds: number;
-  readonly requests: number;
-  /** V8 heap in use per isolate, bytes. */
-  readonly heaps: readonly number[];
-}
-
-/** Open descriptors of `pid`, counted from a listing of /proc/<pid>/fd. */
-async function fdsOf(pid: number): Promise<number> {
-  const out = await new Deno.Command("ls", { args: ["-1", `/proc/${pid}/fd`], stdout: "piped" })
-    .output();
-  return new TextDecoder().decode(out.stdout).split("\n").filter((line) => line !== "").length;
-}
-
-/** The least-squares slope of `y` over `x`. */
-export function slope(points: readonly (readonly [x: number, y: number])[]): number {
-  const n = points.length;
-  if (n < 2) return NaN;
-  const mx = points.reduce((s, [x]) => s + x, 0) / n;
-  const my = points.reduce((s, [, y]) => s + y, 0) / n;
-  let num = 0;
-  let den = 0;
-  for (const [x, y] of points) {
-    num += (x - mx) * (y - my);
-    den += (x - mx) ** 2;
-  }
-  return den === 0 ? NaN : num / den;
-}
-
-/** Output lines worth showing after a soak: none of the mix should give a 421 or a 500. */
-const NOTABLE = /"status":(421|500)\b|portcullis: (error|warning)/;
-/** At most this many notable lines are kept. */
-const NOTABLE_CAP = 20;
-
 /**
  * Starts the gateway and waits for "ready"; afterwards its output is read and dropped (the access
- * log runs to megabytes in a soak, which `spawnReady` would keep) — except lines matching
- * {@link NOTABLE}, which are kept in `notable`.
+ * log runs to megabytes in a soak, which `spawnReady` would keep) — except lines {@link keep}
+ * keeps. With an `episode`, it says how the gateway is spawned (stdout a file for `disk-full`) and
+ * when stdout is not read (`stall`).
  */
 async function spawnQuiet(
   dir: string,
   flags: readonly string[],
-  notable: string[],
+  kept: Kept,
+  episode?: LogEpisode,
 ): Promise<Deno.ChildProcess> {
-  const child = new Deno.Command(Deno.execPath(), {
-    // The compiled binary's V8 flags (scripts/compile.ts): what a deployed edge runs with.
-    args: [
-      "run",
-      "--no-prompt",
-      V8_FLAGS,
-      ...flags,
-      `${ROOT}main.ts`,
-      "serve",
-      `${dir}/config.yaml`,
-    ],
-    stdout: "piped",
+  // The compiled binary's V8 flags (scripts/compile.ts): what a deployed edge runs with.
+  const args = ["run", "--no-prompt", V8_FLAGS, ...flags, `${ROOT}main.ts`, "serve"];
+  args.push(`${dir}/config.yaml`);
+  const spawn = episode?.spawn(Deno.execPath(), args) ??
+    { command: Deno.execPath(), args, stdout: "piped" };
+  const child = new Deno.Command(spawn.command, {
+    args: spawn.args,
+    stdout: spawn.stdout,
     stderr: "piped",
   }).spawn();
   let seen = "";
   let isReady = false;
   let ready!: () => void;
   const signalled = new Promise<void>((resolve) => ready = resolve);
-  const drain = async (stream: ReadableStream<Uint8Array>) => {
+  const drain = async (stream: ReadableStream<Uint8Array>, gate?: LogEpisode["beforeRead"]) => {
     const decoder = new TextDecoder();
     let rest = "";
     for await (const chunk of stream) {
       if (isReady) {
         const lines = (rest + decoder.decode(chunk, { stream: true })).split("\n");
         rest = lines.pop()!;
-        for (const line of lines) {
-          if (notable.length < NOTABLE_CAP && NOTABLE.test(line)) notable.push(line);
-        }
+        for (const line of lines) keep(line, kept);
+        // A stall: the next read waits, so the pipe fills and stays full.
+        await gate?.();
         continue;
       }
       seen += decoder.decode(chunk, { stream: true });
@@ -159,7 +153,7 @@ async function spawnQuiet(
       }
     }
   };
-  drain(child.stdout);
+  if (spawn.stdout === "piped") drain(child.stdout, episode?.beforeRead);
   drain(child.stderr);
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) =>
@@ -249,8 +243,16 @@ function get(agent: http.Agent, port: number, kind: Kind): Promise<string> {
   });
 }
 
-/** Drives the mix at `RATE` until `until` (ms, performance.now()); counts statuses. */
-async function drive(port: number, until: number, statuses: Map<string, number>) {
+/** What the driver tells about each request. */
+interface Outcomes {
+  /** A request completed: its outcome and milliseconds. */
+  record(outcome: string, ms: number): void;
+  /** A request was not sent: the driver had too many pending. */
+  skip(): void;
+}
+
+/** Drives the mix at `RATE` until `until` (ms, performance.now()); tells `outcomes` of each. */
+async function drive(port: number, until: number, outcomes: Outcomes) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONNECTIONS });
   const started = performance.now();
   const pending = new Set<Promise<void>>();
@@ -262,10 +264,12 @@ async function drive(port: number, until: number, statuses: Map<string, number>)
       // Keeps a stalled gateway from piling requests up in the driver.
       if (pending.size >= CONNECTIONS * 32) {
         skipped++;
+        outcomes.skip();
         continue;
       }
+      const at = performance.now();
       const done: Promise<void> = get(agent, port, MIX[sent % MIX.length]).then((status) => {
-        statuses.set(status, (statuses.get(status) ?? 0) + 1);
+        outcomes.record(status, performance.now() - at);
         pending.delete(done);
       });
       pending.add(done);
@@ -277,98 +281,120 @@ async function drive(port: number, until: number, statuses: Map<string, number>)
   return { sent, skipped };
 }
 
-/**
- * Scrapes `/metrics` on the local_health lane (as Prometheus would); returns each isolate's V8 heap
- * in use (bytes, isolate 0 first), so growth can be told apart: JS objects kept, or native memory.
- */
-async function scrape(port: number): Promise<number[]> {
-  const response = await fetch(`http://127.0.0.1:${port}/metrics`).catch(() => undefined);
-  const text = await response?.text().catch(() => "") ?? "";
-  const heaps: number[] = [];
-  for (
-    const match of text.matchAll(/^portcullis_isolate_heap_used_bytes\{isolate="(\d+)"\} (\S+)$/gm)
-  ) {
-    heaps[Number(match[1])] = Number(match[2]);
-  }
-  return heaps;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+
+/** One configuration's gateway while it is soaked. */
+interface Run {
+  readonly child: Deno.ChildProcess;
+  /** The local_health port, for `/metrics`. */
+  readonly local: number;
+  readonly episode?: LogEpisode;
+  readonly kept: Kept;
+  /** Requests completed so far. */
+  readonly requests: () => number;
+  /** The milliseconds of the requests completed, and the requests skipped, since the last call. */
+  readonly interval: () => { ms: number[]; skipped: number };
 }
 
-const mb = (bytes: number) => (bytes / MB).toFixed(1);
+/**
+ * Samples `run` every {@link SAMPLE_MS} until `SECONDS` after `started`; after each sample the
+ * episode may empty its log file.
+ */
+async function sampleRun(run: Run, started: number): Promise<Sample[]> {
+  const samples: Sample[] = [];
+  for (let at = SAMPLE_MS; at <= SECONDS * 1000; at += SAMPLE_MS) {
+    await sleep(started + at - performance.now());
+    const episode = run.episode?.on ?? false;
+    const { heaps, log } = await scrape(run.local);
+    const { ms, skipped } = run.interval();
+    samples.push({
+      seconds: at / 1000,
+      p99: quantile(ms.sort((a, b) => a - b), 0.99),
+      skipped,
+      load: await loadAverage(),
+      rss: await rssOf(run.child.pid),
+      fds: await fdsOf(run.child.pid),
+      requests: run.requests(),
+      heaps,
+      log,
+      episode,
+    });
+    // The access log in a file (disk-full) is read here, before it is emptied.
+    for (const line of (await run.episode?.sampled())?.split("\n") ?? []) keep(line, run.kept);
+  }
+  return samples;
+}
 
-/** Soaks one configuration; prints its samples and returns its summary row. */
-async function soak(dir: string, upstream: string, setup: typeof CONFIGURATIONS[number]) {
-  const { flags, ports } = await writeSoakGateway(`${dir}/${setup.name}`, upstream, setup);
-  const notable: string[] = [];
-  const child = await spawnQuiet(`${dir}/${setup.name}`, flags, notable);
+/** Soaks one configuration; prints its samples and returns its summary rows. */
+async function soak(
+  dir: string,
+  upstream: string,
+  setup: typeof CONFIGURATIONS[number],
+  disk?: LogDisk,
+): Promise<{ row: string; episodeRow?: string }> {
+  const home = `${dir}/${setup.name}`;
+  const { flags, ports } = await writeSoakGateway(home, upstream, setup);
+  const kept = emptyKept();
+  const episode = EPISODE && logEpisode(EPISODE, SECONDS, { disk, name: setup.name });
+  const child = await spawnQuiet(home, flags, kept, episode);
+  const stopEpisode = new AbortController();
   try {
-    await new Promise((resolve) => setTimeout(resolve, 2000));
+    await sleep(2000);
     const idle = { rss: await rssOf(child.pid), fds: await fdsOf(child.pid) };
     const statuses = new Map<string, number>();
     const started = performance.now();
+    const tally = episode && phaseTally(episode.window, started);
+    let interval = { ms: [] as number[], skipped: 0 };
+    const outcomes = {
+      record(status: string, ms: number) {
+        statuses.set(status, (statuses.get(status) ?? 0) + 1);
+        interval.ms.push(ms);
+        tally?.record(status, ms);
+      },
+      skip: () => interval.skipped++,
+    };
+    const taken = () => [interval, interval = { ms: [], skipped: 0 }][0];
     // The load outlasts the last sample, so no sample sees the connections close.
-    const driving = drive(ports.public, started + SECONDS * 1000 + 1000, statuses);
-    const samples: Sample[] = [];
-    for (let at = SAMPLE_MS; at <= SECONDS * 1000; at += SAMPLE_MS) {
-      await new Promise((resolve) => setTimeout(resolve, started + at - performance.now()));
-      const heaps = await scrape(ports.local);
-      const requests = [...statuses.values()].reduce((s, n) => s + n, 0);
-      samples.push({
-        seconds: at / 1000,
-        rss: await rssOf(child.pid),
-        fds: await fdsOf(child.pid),
-        requests,
-        heaps,
-      });
-    }
+    const driving = drive(ports.public, started + SECONDS * 1000 + 1000, outcomes);
+    const faulting = episode?.run(started, stopEpisode.signal);
+    const requests = () => [...statuses.values()].reduce((s, n) => s + n, 0);
+    const samples = await sampleRun(
+      { child, local: ports.local, episode, kept, requests, interval: taken },
+      started,
+    );
     const { sent, skipped } = await driving;
+    const ended = (performance.now() - started) / 1000;
+    await faulting;
     console.log(
       `\n### ${setup.name}: ${RATE} req/s for ${SECONDS} s, ${CONNECTIONS} connections\n`,
     );
     console.log(`idle before load: RSS ${mb(idle.rss)} MB, ${idle.fds} descriptors\n`);
-    console.log(
-      "| t (s) | RSS (MB) | descriptors | req/s in the interval | V8 heap in use per isolate (MB) |",
-    );
-    console.log("|---|---|---|---|---|");
-    samples.forEach((s, i) => {
-      const rate = (s.requests - (samples[i - 1]?.requests ?? 0)) / (SAMPLE_MS / 1000);
-      const heaps = s.heaps.map(mb).join(" / ");
-      console.log(`| ${s.seconds} | ${mb(s.rss)} | ${s.fds} | ${rate.toFixed(0)} | ${heaps} |`);
-    });
+    printSamples(samples, episode !== undefined);
     const mix = [...statuses].sort().map(([s, n]) => `${s}: ${n}`).join(", ");
     console.log(`\nsent ${sent} (${skipped} skipped: the driver was saturated); outcomes ${mix}`);
-    if (notable.length > 0) {
-      console.log(`\nnotable gateway lines (first ${NOTABLE_CAP}):\n${notable.join("\n")}`);
+    console.log(
+      `${kept.expected} warnings and errors the mix causes on purpose (dead backend, limit)`,
+    );
+    if (kept.notable.length > 0) {
+      console.log(`\nnotable gateway lines (first ${NOTABLE_CAP}):\n${kept.notable.join("\n")}`);
     }
-    return summarize(setup.name, idle.rss, samples);
+    const row = summarize(setup.name, idle.rss, samples);
+    if (!episode || !tally) return { row };
+    return { row, episodeRow: reportEpisode(setup.name, { episode, tally, ended, samples, kept }) };
   } finally {
+    stopEpisode.abort();
     await stopAll([child]);
   }
 }
 
-/** Slopes per minute: all samples, the second half, the troughs (lowest RSS of each minute). */
-function summarize(name: string, idle: number, samples: readonly Sample[]): string {
-  const minutes = (s: Sample) => s.seconds / 60;
-  const rss = (list: readonly Sample[]) => slope(list.map((s) => [minutes(s), s.rss / MB]));
-  const late = samples.slice(Math.floor(samples.length / 2));
-  const troughs: Sample[] = [];
-  const perMinute = 60_000 / SAMPLE_MS;
-  for (let i = 0; i + perMinute <= samples.length; i += perMinute) {
-    const window = samples.slice(i, i + perMinute);
-    troughs.push(window.reduce((low, s) => s.rss < low.rss ? s : low));
-  }
-  const fds = slope(samples.map((s) => [minutes(s), s.fds]));
-  // The heaps' second half: a V8 heap still sizing itself grows early, a leak grows throughout.
-  const heap = slope(late.map((s) => [minutes(s), s.heaps.reduce((a, b) => a + b, 0) / MB]));
-  const fixed = (n: number) => Number.isNaN(n) ? "–" : n.toFixed(2);
-  const first = samples[0];
-  const last = samples.at(-1)!;
-  return `| ${name} | ${mb(idle)} | ${mb(first.rss)} | ${mb(last.rss)} | ${
-    fixed(rss(samples))
-  } | ` +
-    `${fixed(rss(late))} | ${fixed(rss(troughs))} | ${
-      fixed(heap)
-    } | ${first.fds} → ${last.fds} | ` +
-    `${fixed(fds)} |`;
+/** Serves the upstream's files from `dir` with nginx on a free port. */
+async function startUpstream(dir: string): Promise<{ port: number; nginx: Deno.ChildProcess }> {
+  const port = freePort();
+  await Deno.mkdir(`${dir}/www`, { mode: 0o755 });
+  await Deno.mkdir(`${dir}/up`);
+  await Deno.writeFile(`${dir}/www/k64`, new Uint8Array(64 * 1024).fill(120));
+  await Deno.writeTextFile(`${dir}/upstream.conf`, nginxUpstreamConfig(`${dir}/up`, dir, port));
+  return { port, nginx: await startNginx(`${dir}/upstream.conf`, port) };
 }
 
 async function main() {
@@ -382,26 +408,25 @@ async function main() {
   }
   const dir = await Deno.makeTempDir({ prefix: "portcullis-bench-soak-" });
   const children: Deno.ChildProcess[] = [];
+  let disk: LogDisk | undefined;
   try {
     await Deno.chmod(dir, 0o755);
-    const port = freePort();
-    await Deno.mkdir(`${dir}/www`, { mode: 0o755 });
-    await Deno.mkdir(`${dir}/up`);
-    await Deno.writeFile(`${dir}/www/k64`, new Uint8Array(64 * 1024).fill(120));
-    await Deno.writeTextFile(`${dir}/upstream.conf`, nginxUpstreamConfig(`${dir}/up`, dir, port));
-    children.push(await startNginx(`${dir}/upstream.conf`, port));
-    const rows: string[] = [];
-    for (const setup of setups) rows.push(await soak(dir, `127.0.0.1:${port}`, setup));
-    console.log(`\n### Soak summary: ${RATE} req/s, ${SECONDS} s, samples every 10 s\n`);
-    console.log(
-      "| configuration | idle RSS (MB) | first sample (MB) | last sample (MB) | RSS slope (MB/min) " +
-        "| second half (MB/min) | troughs (MB/min) | V8 heaps, second half (MB/min) | descriptors " +
-        "| descriptor slope (/min) |",
-    );
-    console.log("|---|---|---|---|---|---|---|---|---|---|");
-    for (const row of rows) console.log(row);
+    if (EPISODE === "disk-full") {
+      const mounted = await mountLogDisk(`${dir}/logfs`);
+      if (typeof mounted === "string") {
+        console.error(`soak: skipped: needs root to mount a tmpfs (mount: ${mounted})`);
+        return;
+      }
+      disk = mounted;
+    }
+    const { port, nginx } = await startUpstream(dir);
+    children.push(nginx);
+    const rows = [];
+    for (const setup of setups) rows.push(await soak(dir, `127.0.0.1:${port}`, setup, disk));
+    printSummary(`Soak summary: ${RATE} req/s, ${SECONDS} s, samples every 10 s`, rows);
   } finally {
     await stopAll(children);
+    await disk?.unmount();
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
 }
