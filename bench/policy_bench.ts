@@ -39,7 +39,14 @@ const context = {
 } as unknown as RequestContext;
 
 const every = compilePolicies({
-  rate_limit: { mode: "on", per_second: 1e6, burst: 1e6, max_clients: 100_000, block_after: 0 },
+  rate_limit: {
+    mode: "on",
+    per_second: 1e6,
+    burst: 1e6,
+    max_clients: 100_000,
+    block_after: 0,
+    headers: false,
+  },
   caps: {
     mode: "on",
     max_headers: 100,

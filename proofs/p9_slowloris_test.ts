@@ -1,6 +1,7 @@
 /**
  * Slowloris proof: a connection that does not complete its request head within
- * `timeouts.header_ms` is closed (with a 408), so is a connection that never sends a byte, and so is
+ * `timeouts.header_ms` is closed without a reply (as nginx does: a 408 would be a reply of its own
+ * shape to anyone who only connects), so is a connection that never sends a byte, and so is
  * an idle keep-alive connection after `timeouts.idle_ms`. The bare `Deno.serve` keeps all three
  * open for over 75 s (see docs/decisions.md).
  */
@@ -50,8 +51,7 @@ Deno.test("slowloris proof: slow heads, silent and idle connections are closed",
     await trickle;
 
     assert.ok(slowResult.ms < CLOSED_WITHIN_MS, `slow head closed after ${slowResult.ms} ms`);
-    assert.match(slowResult.text, /^HTTP\/1\.1 408 /);
-    assert.match(slowResult.text, /"code":"request_timeout"/);
+    assert.equal(slowResult.text, "", "no reply to a head that never ended");
     assert.ok(silentResult.ms < CLOSED_WITHIN_MS, `silent closed after ${silentResult.ms} ms`);
     assert.ok(idleResult.ms >= IDLE_MS - 100, `idle kept for its idle time (${idleResult.ms} ms)`);
     assert.ok(idleResult.ms < IDLE_MS + CLOSED_WITHIN_MS, `idle closed after ${idleResult.ms} ms`);

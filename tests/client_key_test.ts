@@ -299,6 +299,7 @@ const RATE = {
   burst: 3,
   max_clients: 1000,
   block_after: 0,
+  headers: false,
 };
 
 Deno.test("in process: the TTL block and block_after count and block the /64, not the address", async () => {

@@ -88,6 +88,7 @@ const STORED_LIMIT = {
   burst: 2,
   max_clients: 100,
   block_after: 0,
+  headers: true,
   store: { redis: { url: URL_A, key_prefix: "p:", timeout_ms: 50 } },
 };
 

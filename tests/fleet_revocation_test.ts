@@ -142,10 +142,14 @@ boundedTest(
       assert.equal(answer.status, 403);
       assert.equal(answer.body.error.code, "node_revoked");
       assert.equal(otherAnswered, false);
-      // The old token hears "revoked"; a guess at edge-1, or at a node never known, does not.
+      // The old token hears "revoked"; a guess at edge-1, or at a node never known, gets the
+      // unknown path's 404 (hub_outsider_test.ts).
       assert.equal((await poll("edge-1", token)).body.error.code, "node_revoked");
-      assert.equal((await poll("edge-1", crypto.randomUUID())).body.error.code, "unauthenticated");
-      assert.equal((await poll("edge-9", token)).body.error.code, "unauthenticated");
+      assert.equal(
+        (await poll("edge-1", crypto.randomUUID())).body.error.code,
+        "route_not_allowed",
+      );
+      assert.equal((await poll("edge-9", token)).body.error.code, "route_not_allowed");
       assert.equal((await poll("edge-2", keep)).status, 200);
       // A new token for the node works again (re-provisioned).
       const fresh = await hub.token("edge-1");

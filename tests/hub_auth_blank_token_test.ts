@@ -54,13 +54,13 @@ async function writeToken(dir: string, node: string, text: string): Promise<void
   await Deno.chmod(`${dir}/${node}.token`, 0o600);
 }
 
-/** Every attempt that was not refused as `unauthenticated`, described. */
+/** Every attempt not refused as an outsider is (404 `route_not_allowed`), described. */
 async function admittedAttempts(hub: HubProcess, nodes: readonly string[], other: string) {
   const problems: string[] = [];
   for (const node of nodes) {
     for (const [how, headers] of attempts(other)) {
       const answer = await poll(hub, node, headers);
-      if (answer.status !== 401 || JSON.parse(answer.body).error?.code !== "unauthenticated") {
+      if (answer.status !== 404 || JSON.parse(answer.body).error?.code !== "route_not_allowed") {
         problems.push(`${node}, ${how}: ${answer.status} ${answer.body}`);
       }
     }
@@ -77,7 +77,7 @@ Deno.test(
       const token = hub.tokenOf("edge-a");
       const admitted = await poll(hub, "edge-a", [["Authorization", `Bearer ${token}`]]);
       assert.equal(admitted.status, 200, admitted.body);
-      assert.equal((await poll(hub, "edge-a", [])).status, 401);
+      assert.equal((await poll(hub, "edge-a", [])).status, 404);
 
       // Blank files appear while the hub runs (`check` and boot refuse them: below): an
       // interrupted provisioning, a truncating editor.

@@ -22,7 +22,7 @@ Deno.test("hub tokens: a token file added, removed, replaced or rewritten in pla
   const t = await startTestHub();
   const file = `${t.dir}/tokens/edge-a.token`;
   try {
-    assert.equal(await pollStatus(t, "edge-a", "first-token"), 401, "no file yet");
+    assert.equal(await pollStatus(t, "edge-a", "first-token"), 404, "no file yet");
     await Deno.writeTextFile(file, "first-token\n", { mode: 0o600 });
     assert.equal(await pollStatus(t, "edge-a", "first-token"), 200, "added");
     await Deno.remove(file);
@@ -33,7 +33,7 @@ Deno.test("hub tokens: a token file added, removed, replaced or rewritten in pla
     await Deno.rename(`${file}.new`, file);
     assert.equal(await pollStatus(t, "edge-a", "second-token"), 200, "renamed into place");
     assert.equal(await pollStatus(t, "edge-a", "first-token"), 403, "still revoked");
-    assert.equal(await pollStatus(t, "edge-a", "never-a-token"), 401, "a guess is not told more");
+    assert.equal(await pollStatus(t, "edge-a", "never-a-token"), 404, "a guess is not told more");
 
     // Rewritten in place once the folder has settled: its mtime does not change, so only the
     // read the hub makes at least every second sees it.
@@ -61,7 +61,7 @@ Deno.test("hub tokens: a token file group or others may read authenticates nobod
     await Deno.writeTextFile(`${t.dir}/tokens/edge-b.token`, "open-token\n", { mode: 0o644 });
     await Deno.chmod(`${t.dir}/tokens/edge-b.token`, 0o644);
     for (let i = 0; i < 3; i++) {
-      assert.equal(await pollStatus(t, "edge-b", "open-token"), 401);
+      assert.equal(await pollStatus(t, "edge-b", "open-token"), 404);
     }
     const said = t.lines.filter((line) => line.includes("edge-b.token"));
     assert.equal(said.length, 1, t.lines.join("\n"));

@@ -1,5 +1,6 @@
 /**
- * Enrolment as the hub's Hono app routes it: `POST` only (405 with `Allow`), the body one small
+ * Enrolment as the hub's Hono app routes it: `POST` only (405 with `Allow` to a node with a
+ * certificate, the unknown path's 404 to anyone else), the body one small
  * JSON object (else `payload_not_json`) whose fields are checked by a schema naming the field that
  * failed, and renewal's node id and certificate checked before its body is read.
  *
@@ -7,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { boundedTest } from "./fixtures/bounded_test.ts";
-import { type FleetHub, startFleetHub } from "./fixtures/fleet.ts";
+import { type FleetHub, type NodeCredentials, startFleetHub } from "./fixtures/fleet.ts";
 
 async function withFleet(test: (fleet: FleetHub) => Promise<void>): Promise<void> {
   const fleet = await startFleetHub();
@@ -18,9 +19,14 @@ async function withFleet(test: (fleet: FleetHub) => Promise<void>): Promise<void
   }
 }
 
-/** One request to the hub's api over TLS without a client certificate: status, headers, JSON. */
-async function ask(fleet: FleetHub, path: string, init: RequestInit = {}) {
-  const client = fleet.client();
+/** One request to the hub's api over TLS (no client certificate unless given): status, headers, JSON. */
+async function ask(
+  fleet: FleetHub,
+  path: string,
+  init: RequestInit = {},
+  credentials?: NodeCredentials,
+) {
+  const client = fleet.client(credentials);
   try {
     const response = await fetch(new URL(path, fleet.test.url), { ...init, client });
     const text = await response.text();
@@ -35,12 +41,16 @@ async function ask(fleet: FleetHub, path: string, init: RequestInit = {}) {
 }
 
 boundedTest(
-  "enrolment routes: every method but POST is 405 with Allow: POST",
+  "enrolment routes: every method but POST is 405 with Allow: POST to a node, 404 to anyone else",
   () =>
     withFleet(async (fleet) => {
+      const member = await fleet.enrol("edge-1");
       for (const path of ["/v1/nodes/register", "/v1/nodes/renew?node_id=edge-1"]) {
         for (const method of ["GET", "PUT", "DELETE", "PATCH"]) {
-          const answer = await ask(fleet, path, { method });
+          const outsider = await ask(fleet, path, { method });
+          assert.equal(outsider.status, 404, `${method} ${path} without a certificate`);
+          assert.equal(outsider.headers.get("allow"), null, `${method} ${path}`);
+          const answer = await ask(fleet, path, { method }, member);
           assert.equal(answer.status, 405, `${method} ${path}`);
           assert.equal(answer.headers.get("allow"), "POST", `${method} ${path}`);
           assert.equal(answer.body.error.code, "method_not_allowed");
@@ -98,11 +108,19 @@ boundedTest(
 );
 
 boundedTest(
-  "renewal: the node id is checked first, then the client certificate, before any body",
+  "renewal: a caller without a certificate is the unknown path's 404; a node's id is checked before its body",
   () =>
     withFleet(async (fleet) => {
       const body = JSON.stringify({ node_id: "edge-1", csr: "x" });
-      const bad = await ask(fleet, "/v1/nodes/renew?node_id=../x", { method: "POST", body });
+      const member = await fleet.enrol("edge-1");
+      const outsider = await ask(fleet, "/v1/nodes/renew?node_id=../x", { method: "POST", body });
+      assert.equal(outsider.status, 404, "no certificate: no query is judged");
+      const bad = await ask(
+        fleet,
+        "/v1/nodes/renew?node_id=../x",
+        { method: "POST", body },
+        member,
+      );
       assert.equal(bad.status, 400);
       assert.equal(bad.body.error.code, "bad_node_id");
       assert.equal(bad.body.error.field, "node_id");
@@ -110,8 +128,8 @@ boundedTest(
         method: "POST",
         body: "not json",
       });
-      assert.equal(anonymous.status, 401, "no certificate: refused before the body is judged");
-      assert.equal(anonymous.body.error.code, "unauthenticated");
+      assert.equal(anonymous.status, 404, "no certificate: refused before the body is judged");
+      assert.equal(anonymous.body.error.code, "route_not_allowed");
     }),
   20_000,
 );

@@ -44,8 +44,8 @@ boundedTest(
       const answered = await ask([["Authorization", `Bearer ${token}`]]);
       assert.equal(answered.status, 200, answered.body);
       assert.deepEqual(JSON.parse(answered.body), { backends: ports.map((port) => ({ port })) });
-      assert.equal((await ask([])).status, 401);
-      assert.equal((await ask([["Authorization", `Bearer ${token}`]], "edge-b")).status, 401);
+      assert.equal((await ask([])).status, 404);
+      assert.equal((await ask([["Authorization", `Bearer ${token}`]], "edge-b")).status, 404);
 
       await hub.t.write(
         "shop.test.yaml",

@@ -1,7 +1,8 @@
 /**
  * The hub's listeners as routed by their Hono apps: every route with each method it takes and
- * each it does not (405 with `Allow`), unknown paths, the query's checks naming the field, and
- * bearer tokens present, absent, malformed and wrong. Enrolment bodies are in
+ * each it does not (405 with `Allow`, to a node that authenticated), unknown paths, the query's
+ * checks naming the field, and bearer tokens present, absent, malformed and wrong (all the same 404
+ * as an unknown path: hub_outsider_test.ts). Enrolment bodies are in
  * fleet_registration_test.ts and hub_enrol_body_test.ts.
  *
  * @module
@@ -18,7 +19,7 @@ const OTHER_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"];
 
 /** Every route of each listener and the methods it takes (GET also takes HEAD). */
 const ROUTES = {
-  api: { "/healthz": ["GET"], "/v1/config/stream": ["GET"], "/v1/pool": ["GET"] },
+  api: { "/v1/config/stream": ["GET"], "/v1/pool": ["GET"] },
   health: {
     "/healthz": ["GET"],
     "/v1/config": ["GET"],
@@ -42,7 +43,13 @@ function envelope(response: { body: string }): Envelope["error"] {
 
 Deno.test("hub routes: a method a route does not take is 405 with Allow, every route, both listeners", async () => {
   await withHub(async (t) => {
+    const token = await t.token("edge-a");
     for (const [listener, routes] of Object.entries(ROUTES)) {
+      // The api answers its routes only to a node that authenticated (the rest get the 404).
+      const member: [string, string][] = listener === "api"
+        ? [["Authorization", `Bearer ${token}`]]
+        : [];
+      const query = listener === "api" ? "?node_id=edge-a" : "";
       const port = listener === "api" ? t.apiPort : t.healthPort;
       for (const [path, methods] of Object.entries(routes)) {
         const allow = (methods as readonly string[]).flatMap((m) =>
@@ -51,8 +58,8 @@ Deno.test("hub routes: a method a route does not take is 405 with Allow, every r
         for (const method of OTHER_METHODS.filter((m) => !allow.includes(m))) {
           const response = await request(port, {
             method,
-            path,
-            headers: [["X-Request-Id", "method-check"]],
+            path: path + query,
+            headers: [["X-Request-Id", "method-check"], ...member],
           });
           const what = `${method} ${path} on ${listener}`;
           assert.equal(response.status, 405, what);
@@ -83,7 +90,8 @@ Deno.test("hub routes: the methods a route takes are served, HEAD as GET without
     const reload = await request(t.healthPort, { method: "POST", path: "/v1/config/reload" });
     assert.equal(reload.status, 200);
     assert.equal(json<{ outcome: string }>(reload).outcome, "unchanged");
-    assert.equal((await request(t.apiPort, { method: "HEAD", path: "/healthz" })).status, 200);
+    // Liveness is the health listener's: the api has no /healthz (hub_outsider_test.ts).
+    assert.equal((await request(t.apiPort, { method: "HEAD", path: "/healthz" })).status, 404);
   });
 });
 
@@ -109,24 +117,32 @@ Deno.test("hub routes: an unknown path is 404 route_not_allowed on both listener
   });
 });
 
-Deno.test("hub routes: a query that fails its schema is 400 naming the field, before the token", async () => {
+Deno.test("hub routes: a query that fails its schema is 400 naming the field, after the token; without it, 404", async () => {
   await withHub(async (t) => {
     const token = await t.token("edge-a");
     const auth: [string, string] = ["Authorization", `Bearer ${token}`];
     const cases: [string, string, string][] = [
-      ["/v1/config/stream", "bad_node_id", "node_id"],
-      ["/v1/config/stream?node_id=../edge-a", "bad_node_id", "node_id"],
       ["/v1/config/stream?node_id=edge-a&node_id=edge-b", "bad_node_id", "node_id"],
       ["/v1/config/stream?node_id=edge-a&have=x&have=y", "bad_request", "have"],
-      ["/v1/pool?node_id=", "bad_node_id", "node_id"],
     ];
     for (const [path, code, field] of cases) {
-      for (const headers of [[auth], []]) {
-        const response = await request(t.apiPort, { path, headers });
-        assert.equal(response.status, 400, path);
-        assert.equal(envelope(response).code, code, path);
-        assert.equal(envelope(response).field, field, path);
-      }
+      const response = await request(t.apiPort, { path, headers: [auth] });
+      assert.equal(response.status, 400, path);
+      assert.equal(envelope(response).code, code, path);
+      assert.equal(envelope(response).field, field, path);
+    }
+    // A token proves a node only with the node_id it names: without one (or with one that is no
+    // node id) the caller has not authenticated, and no query is judged for it.
+    const outsiders: [string, [string, string][]][] = [
+      ["/v1/config/stream", [auth]],
+      ["/v1/config/stream?node_id=../edge-a", [auth]],
+      ["/v1/pool?node_id=", [auth]],
+      ...cases.map(([path]) => [path, []] as [string, [string, string][]]),
+    ];
+    for (const [path, headers] of outsiders) {
+      const response = await request(t.apiPort, { path, headers });
+      assert.equal(response.status, 404, path);
+      assert.equal(envelope(response).code, "route_not_allowed", path);
     }
     const fine = await request(t.apiPort, {
       path: "/v1/config/stream?node_id=edge-a&wait=0&extra=1",
@@ -136,7 +152,7 @@ Deno.test("hub routes: a query that fails its schema is 400 naming the field, be
   });
 });
 
-Deno.test("hub routes: a bearer token absent, malformed or wrong is 401 unauthenticated; the node's own is served", async () => {
+Deno.test("hub routes: a bearer token absent, malformed or wrong is the unknown path's 404; the node's own is served", async () => {
   await withHub(async (t) => {
     const token = await t.token("edge-a");
     const path = "/v1/pool?node_id=edge-a";
@@ -154,10 +170,10 @@ Deno.test("hub routes: a bearer token absent, malformed or wrong is 401 unauthen
     for (const headers of refused) {
       const response = await request(t.apiPort, { path, headers });
       const what = JSON.stringify(headers).slice(0, 60);
-      assert.equal(response.status, 401, what);
-      assert.equal(envelope(response).code, "unauthenticated", what);
-      // `Bearer` alone without a header (no realm unless api.realm), `Bearer error=…` otherwise.
-      assert.match(response.headers["www-authenticate"] ?? "", /^Bearer(?: |$)/, what);
+      assert.equal(response.status, 404, what);
+      assert.equal(envelope(response).code, "route_not_allowed", what);
+      // No challenge: it would tell a protected path from an unknown one.
+      assert.equal(response.headers["www-authenticate"], undefined, what);
       assert.equal(response.headers["x-request-id"], envelope(response).request_id, what);
     }
     for (const scheme of ["Bearer", "bearer"]) {
@@ -180,7 +196,7 @@ Deno.test("hub routes: a token file that is no RFC 6750 token authenticates nobo
       path: "/v1/config/stream?node_id=edge-x&wait=0",
       headers: [["Authorization", "Bearer not"]],
     });
-    assert.equal(response.status, 401);
+    assert.equal(response.status, 404);
     assert.ok(
       t.lines.some((line) => line.includes("edge-x.token holds characters a bearer token")),
       t.lines.join("\n"),

@@ -123,19 +123,20 @@ function decode(files: Record<string, string>): Record<string, string> {
 }
 
 /**
- * The hub's one answer to a node it cannot authenticate, byte for byte: the same for every node and
- * credential but for the request id, which is the one in its `X-Request-Id` header.
+ * The hub's one answer to a caller it cannot authenticate, byte for byte: an unknown path's, the
+ * same for every node and credential but for the request id, which is the one in its
+ * `X-Request-Id` header (hub_outsider_test.ts: the same for every path and method too).
  */
 const unauthenticated = (requestId: string) =>
   JSON.stringify({
     error: {
-      code: "unauthenticated",
-      message: "The node could not be authenticated",
+      code: "route_not_allowed",
+      message: "No such route on this listener",
       request_id: requestId,
     },
   });
 
-Deno.test("hub stream: every node × credential pair that is not the node's own token gets the same 401", async () => {
+Deno.test("hub stream: every node × credential pair that is not the node's own token gets the same 404", async () => {
   const t = await startTestHub();
   try {
     const tokens = { "edge-a": await t.token("edge-a"), "edge-b": await t.token("edge-b") };
@@ -165,7 +166,7 @@ Deno.test("hub stream: every node × credential pair that is not the node's own 
           assert.equal(response.status, 200, `${pair}: ${response.body}`);
           assert.equal(json<StreamAnswer>(response).type, "snapshot", pair);
         } else {
-          assert.equal(response.status, 401, `${pair}: ${response.body}`);
+          assert.equal(response.status, 404, `${pair}: ${response.body}`);
           const requestId = response.headers["x-request-id"];
           assert.match(requestId, /^[0-9a-f-]{36}$/, `${pair}: a fresh request id`);
           assert.equal(response.body, unauthenticated(requestId), pair);
@@ -176,8 +177,8 @@ Deno.test("hub stream: every node × credential pair that is not the node's own 
     }
     assert.equal(seen.filter((line) => line.endsWith(": 200")).length, 1, seen.join("\n"));
     const invalid = await poll(t, "node_id=../x", bearer(right));
-    assert.equal(invalid.status, 400, "a node id that is no file name is refused before auth");
-    assert.equal(invalid.answer.error?.code, "bad_node_id");
+    assert.equal(invalid.status, 404, "a node id that is no file name authenticates nobody");
+    assert.equal(invalid.answer.error?.code, "route_not_allowed");
     assert.deepEqual([...t.hub.nodes.keys()], ["edge-a"], "only the authenticated poll is a node");
     assert.equal(t.hub.nodes.get("edge-a")!.polls, 1);
   } finally {
@@ -361,7 +362,11 @@ Deno.test("hub errors use the edge's envelope and keep a valid inbound X-Request
         },
       }),
     );
-    const post = await request(t.apiPort, { path: "/v1/config/stream", method: "POST" });
+    const post = await request(t.apiPort, {
+      path: "/v1/config/stream?node_id=edge-a",
+      method: "POST",
+      headers: bearer(await t.token("edge-a")),
+    });
     assert.equal(post.status, 405);
     assert.equal(json<{ error: { code: string } }>(post).error.code, "method_not_allowed");
     assert.equal(
@@ -381,7 +386,8 @@ Deno.test("hub listeners answer only their own routes; `nodes` limits who may fo
     assert.equal(json<{ error: { code: string } }>(onApi).error.code, "route_not_allowed");
     const onHealth = await request(t.healthPort, { path: "/v1/config/stream?node_id=edge-a" });
     assert.equal(onHealth.status, 404);
-    assert.equal((await request(t.apiPort, { path: "/healthz" })).status, 200);
+    assert.equal((await request(t.apiPort, { path: "/healthz" })).status, 404, "the health's");
+    assert.equal((await request(t.healthPort, { path: "/healthz" })).status, 200);
     const token = await t.token("edge-b");
     const outsider = await poll(t, "node_id=edge-b", bearer(token));
     assert.equal(outsider.status, 403);

@@ -113,7 +113,14 @@ Deno.test("compilePolicies() lists the checks on or in dry run, cheapest first, 
   const every = compilePolicies({
     waf: { mode: "dry_run", sqli: true, xss: true, traversal: true, headers: [] },
     blocklist: { mode: "on", rules, block_after: 0, window_ms: 60_000 },
-    rate_limit: { mode: "on", per_second: 1, burst: 1, max_clients: 10, block_after: 0 },
+    rate_limit: {
+      mode: "on",
+      per_second: 1,
+      burst: 1,
+      max_clients: 10,
+      block_after: 0,
+      headers: false,
+    },
     caps: {
       mode: "dry_run",
       max_headers: 10,

@@ -36,7 +36,7 @@ function withPage(site: Site, headers: Record<string, string> = {}) {
 
 Deno.test("rate limit: a 429 carries Retry-After and both spellings of the rate headers", async () => {
   await withProxyEdge({
-    policies: { rate_limit: { per_second: 0.5, burst: 2 } },
+    policies: { rate_limit: { per_second: 0.5, burst: 2, headers: true } },
   }, async (p) => {
     const first = await p.send({ path: "/api/echo" });
     assert.equal(first.status, 200);
@@ -64,7 +64,7 @@ Deno.test("rate limit: a 429 carries Retry-After and both spellings of the rate 
 
 Deno.test("rate limit: the gateway replaces rate headers set by the route", async () => {
   await withProxyEdge({
-    policies: { rate_limit: { per_second: 10, burst: 5 } },
+    policies: { rate_limit: { per_second: 10, burst: 5, headers: true } },
     routes: (site) => withPage(site, { "RateLimit-Limit": "999", "X-RateLimit-Remaining": "999" }),
   }, async (p) => {
     const response = await p.send({ path: "/page" });
@@ -96,7 +96,7 @@ Deno.test("rate limit: unrouted requests (404 and 421) spend the same budget", a
 
 Deno.test("dry run: the tenant's traffic is served while the counter moves", async () => {
   await withProxyEdge({
-    policies: { rate_limit: { mode: "dry_run", per_second: 0.1, burst: 1 } },
+    policies: { rate_limit: { mode: "dry_run", per_second: 0.1, burst: 1, headers: true } },
   }, async (p) => {
     for (let i = 0; i < 4; i++) {
       const response = await p.send({ path: "/api/echo" });
@@ -314,7 +314,7 @@ Deno.test("globals.yaml is the default; a tenant's own policy wins; off costs no
     policies: { security_headers: { mode: "off" } },
     files: {
       "globals.yaml":
-        "policies:\n  security_headers: {}\n  rate_limit: { per_second: 50, burst: 7 }\n",
+        "policies:\n  security_headers: {}\n  rate_limit: { per_second: 50, burst: 7, headers: true }\n",
     },
   }, async (p) => {
     const response = await p.send({ path: "/api/echo" });
@@ -347,7 +347,7 @@ Deno.test("maintenance: 503 with Retry-After and the envelope; health paths unaf
 
 Deno.test("maintenance answers before the policies: it spends no rate budget", async () => {
   await withProxyEdge({
-    policies: { rate_limit: { per_second: 0.1, burst: 2 } },
+    policies: { rate_limit: { per_second: 0.1, burst: 2, headers: true } },
     routes: (site) => [apiRoute(site, {}), {
       name: "checkout",
       match: { prefix: "/checkout" },
@@ -400,7 +400,10 @@ Deno.test("priority shedding: low priority is shed from the reserved top slots, 
 
 Deno.test("security and rate headers ride on the deadline's 504 and on upstream failures", async () => {
   await withProxyEdge({
-    policies: { security_headers: {}, rate_limit: { per_second: 10, burst: 10 } },
+    policies: {
+      security_headers: {},
+      rate_limit: { per_second: 10, burst: 10, headers: true },
+    },
     edit: (config) => config.ledger.lanes.public.deadline_ms = 500,
     routes: (site) => [apiRoute(site), {
       name: "dead",

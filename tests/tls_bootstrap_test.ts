@@ -1,6 +1,7 @@
 /**
  * The bootstrap certificate and certificates dropped in place: `tls: {}` serves a self-signed
- * certificate for `tls.name` (or node_id) valid at most 24 h, and `/v1/health` says so; a
+ * certificate for `tls.name` (or a random name under `.invalid`, never the node_id) valid at most
+ * 24 h, and `/v1/health` says so; a
  * configured certificate whose files do not exist yet does not stop the boot, and once its files
  * are written it is served without a restart — after the folder watch fires, or after
  * `POST /v1/tls/reload` — while an open keep-alive connection keeps working.
@@ -13,6 +14,7 @@ import {
   certEntry,
   fingerprintOf,
   handshake,
+  type Served,
   TestPki,
   TlsClient,
   tlsTest,
@@ -74,13 +76,45 @@ tlsTest(
   },
 );
 
-tlsTest("tls bootstrap: without tls.name the bootstrap certificate names the node_id", async () => {
-  await tlsEdge({}, async (t) => {
-    const served = await handshake(t.ports.public, { insecure: true });
-    assert.equal(served.subject, "proof-edge");
-    assert.equal((await tlsHealth(t)).bootstrap, true);
-  });
-});
+/** The bootstrap certificate a prober gets for `servername` (absent: no SNI), and its DER bytes. */
+async function probe(port: number, servername?: string): Promise<{ served: Served; der: string }> {
+  const client = await TlsClient.open(port, { servername, insecure: true });
+  try {
+    const der = client.socket.getPeerCertificate(true).raw.toString("latin1");
+    return { served: client.served, der };
+  } finally {
+    await client.close();
+  }
+}
+
+tlsTest(
+  "tls bootstrap: without tls.name the bootstrap certificate names neither the node nor the product, and is new each boot",
+  async () => {
+    const names: string[] = [];
+    for (let boot = 0; boot < 2; boot++) {
+      await tlsEdge({}, async (t) => {
+        const seen = [
+          await probe(t.ports.public),
+          await probe(t.ports.public, "a.test"),
+          await probe(t.ports.public, "anything.example"),
+        ];
+        const name = seen[0].served.subject!;
+        assert.match(name, /^[0-9a-f]{16}\.invalid$/, "a random label under .invalid (RFC 6761)");
+        for (const { served, der } of seen) {
+          assert.equal(served.subject, name, "every server name, and none, gets the same one");
+          assert.equal(served.issuer, name);
+          assert.equal(served.altNames, `DNS:${name}`);
+          for (const token of [/proof-edge/i, /portcullis/i]) {
+            assert.doesNotMatch(der, token, "the certificate's bytes name neither");
+          }
+        }
+        assert.equal((await tlsHealth(t)).bootstrap, true);
+        names.push(name);
+      });
+    }
+    assert.notEqual(names[0], names[1], "each boot draws a new name: no constant to link edges by");
+  },
+);
 
 tlsTest(
   "tls bootstrap: a bootstrap certificate that cannot be made refuses the boot, stopping the rest",

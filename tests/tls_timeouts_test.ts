@@ -1,5 +1,5 @@
 /**
- * Timeouts on TLS connections of the public lane: the HTTP/1.1 head timeout (408, then closed), a
+ * Timeouts on TLS connections of the public lane: the HTTP/1.1 head timeout (closed, no reply), a
  * stalled or half-sent handshake (closed by the handshake bound, `timeouts.header_ms`), the
  * keep-alive idle timeout, and several requests on one kept-alive TLS connection.
  *
@@ -8,8 +8,7 @@
 import assert from "node:assert/strict";
 import { withTlsEdge } from "./fixtures/tls_edge.ts";
 import { TlsClient, tlsTest } from "./fixtures/certs.ts";
-import { parseResponses } from "./fixtures/http_client.ts";
-import { balancedLedger, envelope, type TestEdge, waitFor, within } from "./fixtures/in_process.ts";
+import { balancedLedger, type TestEdge, waitFor, within } from "./fixtures/in_process.ts";
 
 /** An edge terminating TLS for a.test with a 1 s head timeout and `idleMs` of idle time. */
 function withIdleEdge(
@@ -42,7 +41,7 @@ async function readUntilClosed(conn: Deno.Conn): Promise<number> {
 
 for (const http2 of [true, false]) {
   tlsTest(
-    `tls timeouts: a slow HTTP/1.1 head is answered 408 and closed (http2: ${http2})`,
+    `tls timeouts: a slow HTTP/1.1 head is closed without a reply (http2: ${http2})`,
     () =>
       withIdleEdge(30_000, async (t, ca) => {
         const client = await TlsClient.open(t.ports.public, { servername: "a.test", ca });
@@ -53,10 +52,7 @@ for (const http2 of [true, false]) {
           assert.notEqual(text, "timeout", "the connection was closed within 3.5 s");
           const elapsed = Date.now() - started;
           assert.ok(elapsed >= 900, `not before the head timeout (${elapsed} ms)`);
-          assert.match(text as string, /^HTTP\/1\.1 408 /, "a 408 before the close");
-          const [response] = parseResponses(text as string);
-          assert.equal(response.status, 408);
-          assert.equal(envelope(response).code, "request_timeout");
+          assert.equal(text, "", "closed without a reply, as nginx closes it");
         } finally {
           await client.close();
         }

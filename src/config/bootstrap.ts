@@ -67,7 +67,10 @@ const TlsConfig = v.strictObject({
    * process under concurrent h2 load in our tests (docs/decisions.md §8).
    */
   http2: v.optional(v.boolean("Expected true or false"), false),
-  /** The name the bootstrap certificate is issued for (default: node_id). */
+  /**
+   * The name the bootstrap certificate is issued for (default: a random name under `.invalid`,
+   * new each boot — never the node id, which would name the node to every prober).
+   */
   name: v.optional(HostName),
   /** Reload certificates when their files change. */
   watch: v.optional(v.boolean("Expected true or false"), true),

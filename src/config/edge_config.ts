@@ -39,8 +39,8 @@ export interface PublicTls {
   readonly certificates: readonly CertificateSource[];
   readonly minVersion: "TLSv1.2" | "TLSv1.3";
   readonly http2: boolean;
-  /** The bootstrap certificate's name. */
-  readonly name: string;
+  /** The bootstrap certificate's name (absent: a random name under `.invalid`, new each boot). */
+  readonly name?: string;
   readonly watch: boolean;
 }
 

@@ -164,7 +164,10 @@ function resolveLanes(raw: BootstrapConfig, resolve: Resolve): EdgeConfig["lanes
   return lanes;
 }
 
-/** The public lane's TLS with certificate paths resolved; the name defaults to the node id. */
+/**
+ * The public lane's TLS with certificate paths resolved. The bootstrap name is the operator's or
+ * absent (a random one per boot): the node id would name the node to every prober.
+ */
 function publicTlsOf(raw: BootstrapConfig, resolve: Resolve): PublicTls | undefined {
   const tls = raw.lanes.public.tls;
   return tls && {
@@ -175,7 +178,7 @@ function publicTlsOf(raw: BootstrapConfig, resolve: Resolve): PublicTls | undefi
     })),
     minVersion: tls.min_version,
     http2: tls.http2,
-    name: tls.name ?? raw.node_id.toLowerCase(),
+    name: tls.name,
     watch: tls.watch,
   };
 }

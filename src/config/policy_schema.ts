@@ -89,6 +89,11 @@ const RateLimit = v.strictObject({
   max_clients: v.optional(wholeNumber(1, 10_000_000), 100_000),
   /** Consecutive denials after which the client goes on the TTL blocklist (0: never). */
   block_after: v.optional(wholeNumber(0, 1_000_000), 0),
+  /**
+   * Whether replies carry the limit's state in `RateLimit-*` and `X-RateLimit-*` (off by default:
+   * the pair is a signature, and with a fleet store the remaining count links the fleet's edges).
+   */
+  headers: v.optional(v.boolean("Expected true or false"), false),
   /** One limit for the whole fleet on a shared store (the edge's own table is the fallback). */
   store: v.optional(RateStore),
 });
@@ -227,6 +232,8 @@ export interface RateLimitPolicy {
   max_clients: number;
   /** Consecutive denials after which the client goes on the TTL blocklist (0: never). */
   block_after: number;
+  /** Whether replies carry the `RateLimit-*` and `X-RateLimit-*` fields (default false). */
+  headers: boolean;
   /** One limit for the whole fleet on a shared store. */
   store?: RateStoreConfig;
 }

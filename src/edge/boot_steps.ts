@@ -232,10 +232,9 @@ export async function startCertificates(
       await certs.reload();
     } catch (error) {
       await life.abandon();
+      const named = tlsConfig.name === undefined ? "" : ` (bootstrap name "${tlsConfig.name}")`;
       throw new BootError([
-        `Cannot load the TLS certificates (bootstrap name "${tlsConfig.name}"): ${
-          (error as Error).message
-        }`,
+        `Cannot load the TLS certificates${named}: ${(error as Error).message}`,
       ]);
     }
   }

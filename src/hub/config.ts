@@ -48,8 +48,6 @@ export interface HubConfig {
     readonly tokensDir?: string;
     /** Nodes allowed to follow; undefined allows every node that authenticates. */
     readonly nodes?: readonly string[];
-    /** The realm of the token refusal's Bearer challenge; undefined: none. */
-    readonly realm?: string;
   };
   /** The fleet CA (`ca`): its files, the certificates' lifetime, renewal and retry limits. */
   readonly ca?: CaSettings;
@@ -201,7 +199,6 @@ export function resolveHubConfig(source: YamlFile): HubConfig {
       },
       tokensDir: raw.api.tokens_dir === undefined ? undefined : resolve(raw.api.tokens_dir),
       nodes: raw.api.nodes,
-      realm: raw.api.realm,
     },
     ca,
     revocationReloadMs: raw.revocation.reload_ms,

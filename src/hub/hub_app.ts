@@ -1,12 +1,19 @@
 /**
  * The hub's listeners as Hono apps. `api` (and the `https_tunnel` endpoint's ordinary requests,
- * by client certificate whatever `api` uses): `/healthz`, the config stream, the pool's view, the
- * door stream and enrolment. `health` (loopback): status, nodes and reload. A route takes the
- * methods it is declared with — any other is 405 with `Allow` — and an unknown path is 404
- * `route_not_allowed`, from the failure table like every refusal.
+ * by client certificate whatever `api` uses): the config stream, the pool's view, the door stream
+ * and enrolment — to members of the fleet only. `health` (loopback): `/healthz`, status, nodes and
+ * reload. A route takes the methods it is declared with — any other is 405 with `Allow` — and an
+ * unknown path is 404 `route_not_allowed`, from the failure table like every refusal.
  *
- * A node's request passes its checks in one order, each a middleware: the query (a `node_id` that
- * is no file name is `bad_node_id` before any credential is looked at), the credential
+ * Why the api has no `/healthz`: it answered any prober `{"status":"ok"}` with a request id, one
+ * more path that told the software apart; liveness is the health listener's.
+ *
+ * A caller that is no member of the fleet (api_auth.ts `outsiderGate`: no certificate chained to
+ * the client CA, no token of the node it names) is answered 404 `route_not_allowed` before any
+ * route, method or query is looked at, except `POST /v1/nodes/register` when the fleet CA
+ * registers nodes. A member's request passes its checks in one order, each a middleware: the
+ * query (a `node_id` that is no file name is `bad_node_id` before the node's credential is judged
+ * — with a certificate; a token names its node through the query), the credential
  * (`api_auth.ts`: with the fleet CA, the node's standing before its serial), the `api.nodes`
  * allow-list, then what the route needs (a node the CA registered as a door for the door stream;
  * anything but a door — by registration or by `doors.nodes` — for the config set and the pool,
@@ -28,7 +35,7 @@ import {
   methodNotAllowed,
   validQuery,
 } from "../server/hono_kit.ts";
-import { type HubEnv, nodeAuth } from "./api_auth.ts";
+import { type HubEnv, nodeAuth, outsiderGate, REGISTER } from "./api_auth.ts";
 import { NODE_ID, type NodeAuthenticator } from "./auth.ts";
 import { readJsonBody, RegisterBody, RenewBody } from "./enrolment.ts";
 import { hubMetricsReply } from "./hub_metrics.ts";
@@ -62,18 +69,13 @@ const queryKind = (field: string): FailureKind =>
 export function hubApiApp(routes: HubRoutes, authenticate: NodeAuthenticator): Hono<HubEnv> {
   const app = operatorApp();
   const { enrolment, doors, pool, config } = routes.options;
+  app.use(outsiderGate(authenticate, enrolment ? REGISTER : undefined));
   const named = (schema: typeof NodeQuery | typeof PollQuery) => [
     validQuery<HubEnv, typeof schema>(schema, queryKind),
     noteNode,
-    nodeAuth(authenticate, config.api.realm),
+    nodeAuth(authenticate),
     allowedBy(config.api.nodes),
   ];
-  declareRoute(
-    app,
-    "/healthz",
-    { GET: [() => send(jsonReply({ status: "ok" }))] },
-    methodNotAllowed,
-  );
   declareRoute(app, "/v1/config/stream", {
     GET: [...named(PollQuery), notDoor(routes), function configPoll(c) {
       const query = {
@@ -102,7 +104,7 @@ export function hubApiApp(routes: HubRoutes, authenticate: NodeAuthenticator): H
     }, methodNotAllowed);
   }
   if (enrolment) {
-    declareRoute(app, "/v1/nodes/register", {
+    declareRoute(app, REGISTER.path, {
       POST: [jsonBody(RegisterBody), async function register(c) {
         return send(
           await enrolment.register(

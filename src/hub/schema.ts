@@ -6,7 +6,7 @@
  */
 import * as v from "valibot";
 import { Listener, RuntimeWatch } from "../config/bootstrap.ts";
-import { AlpnProtocols, IpLiteral, Port, Realm, Text, wholeNumber } from "../config/fields.ts";
+import { AlpnProtocols, IpLiteral, Port, Text, wholeNumber } from "../config/fields.ts";
 import { DoorsSchema } from "./mirrors/schema.ts";
 import { ErrorsSchema } from "../config/errors_schema.ts";
 
@@ -37,8 +37,6 @@ const Api = v.strictObject({
   tokens_dir: v.optional(Text),
   /** Only these nodes may follow the stream (default: any node that authenticates). */
   nodes: v.optional(v.array(NodeId, "Expected a list of node ids")),
-  /** The realm of the `Bearer` challenge a token refusal carries (default: none). */
-  realm: v.optional(Realm),
 });
 
 /**

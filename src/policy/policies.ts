@@ -86,21 +86,22 @@ export function compilePolicies(
   const waf = active(pick("waf"));
   const security = active(pick("security_headers"));
   const ttlBlock = ttl && new TtlBlockCheck(ttl, context);
+  const securityHeaders = security && compileSecurityHeaders(security);
+  const rateHeaders = rateHeadersOf(rate, securityHeaders);
   // Cheapest first: this key order is the order checks.ts runs them in.
   const checks = {
     ttlBlock,
     caps: caps && new CapsCheck(caps),
-    rateLimit: rate && new RateLimitCheck(rate, context, ttlBlock?.list),
+    rateLimit: rate && new RateLimitCheck(rate, context, { ttl: ttlBlock?.list, rateHeaders }),
     blocklist: blocklist && new BlocklistCheck(blocklist, ttlBlock?.list),
     waf: waf && new WafCheck(waf),
   };
-  const securityHeaders = security && compileSecurityHeaders(security);
   return {
     ...checks,
     securityHeaders,
     checks: Object.values(checks).filter((check) => check !== undefined),
     strip: new Set([
-      ...(rate?.mode === "on" ? RATE_HEADERS : []),
+      ...rateHeaders,
       ...(securityHeaders?.mode === "on" ? securityHeaders.remove : []),
     ]),
     any: Boolean(ttl || caps || waf || blocklist || rate || security),
@@ -112,6 +113,19 @@ export function tablesOf(policies: TenantPolicies): string[] {
   return [...policies.rateLimit?.tableNames ?? [], policies.ttlBlock?.tableName].filter((name) =>
     name !== undefined
   );
+}
+
+/**
+ * The rate header names the limit sets: none unless it is on with `headers: true`, and never one
+ * the security headers remove (an operator's `remove` is the last word on what a reply carries).
+ */
+function rateHeadersOf(
+  rate: ActivePolicy<"rate_limit"> | undefined,
+  security: TenantPolicies["securityHeaders"],
+): ReadonlySet<string> {
+  if (rate?.mode !== "on" || !rate.headers) return new Set();
+  const removed = security?.mode === "on" ? security.remove : new Set<string>();
+  return new Set([...RATE_HEADERS].filter((name) => !removed.has(name)));
 }
 
 function compileSecurityHeaders(

@@ -9,10 +9,12 @@
  * (`fleet_store.ts`), and the table is the fallback while the store is slow or down; an optional
  * pre-check refuses a flooding client locally before it costs a round trip.
  *
- * While on, every reply carries the limit's state — denied or not — in the IETF `RateLimit-*`
- * fields (draft-ietf-httpapi-ratelimit-headers) and the older `X-RateLimit-*` spelling, whose
- * reset is an epoch second; a denial adds `Retry-After` (RFC 9110 §10.2.3). In dry run no header
- * changes.
+ * A denial carries `Retry-After` (RFC 9110 §10.2.3). With `headers: true` every reply — denied or
+ * not — also carries the limit's state in the IETF `RateLimit-*` fields
+ * (draft-ietf-httpapi-ratelimit-headers) and the older `X-RateLimit-*` spelling, whose reset is an
+ * epoch second, less any the security headers remove. They are off by default: the pair, with its
+ * epoch reset, marks the software, and with a fleet store `remaining` is an oracle that links the
+ * edges sharing it (spend at one address, read at another). In dry run no header changes.
  *
  * @module
  */
@@ -150,17 +152,21 @@ export class RateLimitCheck implements PolicyCheck {
   readonly keys: ClientKeys;
   readonly #ttl: TtlBlocklist | undefined;
   readonly #remote: RemoteRate | undefined;
+  /** The rate header names replies carry (empty: none). */
+  readonly #headers: ReadonlySet<string>;
 
   /**
    * @param policy the resolved `rate_limit` section
    * @param context the tenant, the edge's tables and its fleet stores
-   * @param ttl the TTL block policy's list, when that policy is on or in dry run
+   * @param links the TTL block policy's list, when that policy is on or in dry run, and the rate
+   *   header names replies carry
    */
   constructor(
     policy: ActivePolicy<"rate_limit">,
     context: PolicyContext,
-    ttl: TtlBlocklist | undefined,
+    links: { readonly ttl?: TtlBlocklist; readonly rateHeaders: ReadonlySet<string> },
   ) {
+    this.#headers = links.rateHeaders;
     this.mode = policy.mode;
     const { name, table } = context.tables.table("rate", context.scope, policy.max_clients);
     this.#remote = policy.store && context.fleet?.rate(policy, context);
@@ -173,7 +179,7 @@ export class RateLimitCheck implements PolicyCheck {
     });
     this.blockAfter = policy.block_after;
     this.keys = context.clientKeys ?? new ClientKeys();
-    this.#ttl = ttl;
+    this.#ttl = links.ttl;
   }
 
   /**
@@ -216,7 +222,9 @@ export class RateLimitCheck implements PolicyCheck {
     trail: PolicyTrail,
     decision: RateDecision,
   ): Refusal | undefined {
-    if (this.mode === "on") pushRateHeaders(trail.headers, decision);
+    if (this.mode === "on" && this.#headers.size > 0) {
+      pushRateHeaders(trail.headers, decision, this.#headers);
+    }
     if (decision.allowed) return undefined;
     if (
       this.blockAfter > 0 && this.#ttl && this.mode === "on" &&
@@ -232,21 +240,23 @@ export class RateLimitCheck implements PolicyCheck {
   }
 }
 
-/** Adds both spellings of the rate headers; the `X-` reset is an epoch second (wall clock). */
-function pushRateHeaders(headers: string[], decision: RateDecision): void {
+/**
+ * Adds the rate headers `names` holds, in both spellings; the `X-` reset is an epoch second (wall
+ * clock).
+ */
+function pushRateHeaders(
+  headers: string[],
+  decision: RateDecision,
+  names: ReadonlySet<string>,
+): void {
   const resetS = decision.resetS;
-  headers.push(
-    "ratelimit-limit",
-    String(decision.limit),
-    "ratelimit-remaining",
-    String(decision.remaining),
-    "ratelimit-reset",
-    String(resetS),
-    "x-ratelimit-limit",
-    String(decision.limit),
-    "x-ratelimit-remaining",
-    String(decision.remaining),
-    "x-ratelimit-reset",
-    String(Math.ceil(Date.now() / 1000) + resetS),
-  );
+  const fields: [string, string][] = [
+    ["ratelimit-limit", String(decision.limit)],
+    ["ratelimit-remaining", String(decision.remaining)],
+    ["ratelimit-reset", String(resetS)],
+    ["x-ratelimit-limit", String(decision.limit)],
+    ["x-ratelimit-remaining", String(decision.remaining)],
+    ["x-ratelimit-reset", String(Math.ceil(Date.now() / 1000) + resetS)],
+  ];
+  for (const [name, value] of fields) if (names.has(name)) headers.push(name, value);
 }

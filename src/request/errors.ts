@@ -30,6 +30,7 @@ export type FailureKind =
   | "ambiguous_path"
   | "header_fields_too_large"
   | "uri_too_long"
+  | "expectation_failed"
   | "request_timeout"
   | "tenant_blocked"
   | "draining"
@@ -122,6 +123,11 @@ const KINDS: Record<FailureKind, KindInfo> = {
     message: "The request header fields are too large",
   },
   uri_too_long: { status: 414, source: "client", message: "The request target is too long" },
+  expectation_failed: {
+    status: 417,
+    source: "client",
+    message: "The request's expectation cannot be met",
+  },
   request_timeout: {
     status: 408,
     source: "client",

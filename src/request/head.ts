@@ -60,7 +60,8 @@ export interface HeadProblem {
     | "header_fields_too_large"
     | "uri_too_long"
     | "body_not_allowed"
-    | "ambiguous_path";
+    | "ambiguous_path"
+    | "expectation_failed";
   /** For logs only. */
   readonly detail: string;
 }
@@ -79,7 +80,8 @@ const HOST = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._~!$&'()*+;=%-]+)(?::\d{1,5})?$/
 
 /**
  * Checks a request head and extracts method, path, query and host: the header caps, the framing
- * fields (Host, Content-Length, Transfer-Encoding), the body a method may carry, then the target.
+ * fields (Host, Content-Length, Transfer-Encoding), the body a method may carry, an `Expect` other
+ * than `100-continue` (417), then the target.
  *
  * @param request the parsed request
  * @param limits the header-count and target-length caps
@@ -93,6 +95,10 @@ export function readHead(request: IncomingMessage, limits: HeadLimits): RequestH
   if ("kind" in fields) return fields;
   const body = framing(request, fields);
   if (typeof body === "object") return body;
+  if (fields.expect !== undefined && fields.expect.trim().toLowerCase() !== "100-continue") {
+    // RFC 9110 §10.1.1: an expectation the gateway cannot meet is a 417, never sent on upstream.
+    return { kind: "expectation_failed", detail: "an Expect other than 100-continue" };
+  }
   const method = request.method ?? "GET";
   if (carriesBody(body) && NO_BODY_METHODS.has(method)) {
     return { kind: "body_not_allowed", detail: `a body on ${method}` };
@@ -128,6 +134,8 @@ interface Fields {
   length: string;
   codings: number;
   coding: string;
+  /** The last `Expect` field's value, if any. */
+  expect?: string;
 }
 
 /** One pass over the header list; an `:authority` that disagrees with Host is refused here. */
@@ -149,6 +157,8 @@ function scanFields(raw: readonly string[]): Fields | HeadProblem {
     } else if (name.length === 17 && name.toLowerCase() === "transfer-encoding") {
       fields.codings++;
       fields.coding = raw[i + 1];
+    } else if (name.length === 6 && name.toLowerCase() === "expect") {
+      fields.expect = raw[i + 1];
     } else if (name === ":authority") {
       // HTTP/2 (RFC 9113 §8.3.1): the authority pseudo-header stands for Host; both must agree.
       if (fields.hosts > 0 && raw[i + 1] !== fields.host) return AUTHORITY_DIFFERS;

@@ -199,7 +199,7 @@ class FallbackClock {
     this.#timer = setTimeout(() => this.#expire(), ms) as unknown as number;
   }
 
-  /** A head that started but never finished gets a 408; a silent connection is just closed. */
+  /** A head that started but never finished goes to `onSlowHead`; a silent one is just closed. */
   #expire(): void {
     if (this.#socket.bytesRead > this.#bytesAtArm) this.#onSlowHead(this.#socket);
     else this.#socket.destroy();

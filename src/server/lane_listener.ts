@@ -8,8 +8,13 @@
  *   and closed unread until the boot checks armed the listener.
  * - HTTP/1.1 connections get a parse gate and a {@link ConnectionState}: requests beyond the
  *   connection's `per_connection` bound wait unparsed-ahead and are dropped if the client leaves.
- * - A malformed request (or a head that took too long) gets a typed 400/431/408 written straight
- *   onto the socket, in its turn after the requests parsed before it.
+ * - A malformed request gets a typed 400/431 written straight onto the socket, in its turn after
+ *   the requests parsed before it, in the byte shape of the gateway's other replies
+ *   (raw_reply.ts). A head that did not arrive in time (`header_ms`), or a connection that sent
+ *   nothing, is closed without a reply, as nginx closes it: a 408 with a body was one more reply
+ *   only this software wrote, and a client that sends no head reads no answer anyway.
+ * - A request with an `Expect` other than `100-continue` is served like any other (node would
+ *   answer it with its own chunked 417); the head checks refuse it with a 417 of the gateway's.
  * - An `Upgrade` request reaches the pipeline with its socket, unless it offers h2c: h2c is never
  *   switched to (through a gateway it would open an HTTP/2 connection to the backend that no route
  *   or policy sees), so such a request is served as plain HTTP/1.1 — or refused when it has a body,
@@ -49,7 +54,7 @@ import { announcesBody, offersH2c } from "./h2c.ts";
 import { createHttpServer, type LaneHttpServer, type TlsServing } from "./http_server.ts";
 import { ParseGate, preferListeners } from "./parse_gate.ts";
 import { forwardDrain, trackAnswer } from "./queued_answers.ts";
-import { lingerThenClose, writeRawReply } from "./raw_reply.ts";
+import { LINGER_MS, lingerThenClose, writeRawReply } from "./raw_reply.ts";
 import type { ReplyChannel } from "./reply_channel.ts";
 import { TakenSockets } from "./socket_owner.ts";
 
@@ -135,6 +140,7 @@ class LaneListener implements ListenerSide {
       });
     }
     server.on("connection", (socket: Socket) => this.#accept(socket));
+    server.on("checkExpectation", (request, response) => this.#request(request, response));
     this.#gateParsers();
     server.on("clientError", (error: NodeJS.ErrnoException, socket: Duplex) => {
       this.#refuseMalformed(error, socket);
@@ -287,21 +293,22 @@ class LaneListener implements ListenerSide {
     return this.#options.limits.tunnelIdleMs;
   }
 
-  /** A connection the parser gave up on: a typed reply straight onto the socket, then close. */
+  /**
+   * A connection the parser gave up on: a typed reply straight onto the socket, then close — or,
+   * for a head that did not arrive in time, the close alone.
+   */
   #refuseMalformed(error: NodeJS.ErrnoException, socket: Duplex): void {
     if (error.code === "ECONNRESET" || !socket.writable) {
       socket.destroy();
       return;
     }
     this.stats.protocolError(this.lane);
-    const kind = error.code === "HPE_HEADER_OVERFLOW"
-      ? "header_fields_too_large"
-      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
-      ? "request_timeout"
-      : "bad_request";
+    const kind = error.code === "HPE_HEADER_OVERFLOW" ? "header_fields_too_large" : "bad_request";
+    const silent = error.code === "ERR_HTTP_REQUEST_TIMEOUT";
     const requestId = crypto.randomUUID();
     const refuse = () => {
       if (socket.destroyed) return;
+      if (silent) return closeSilently(socket);
       const { reply, extra } = this.#pages.finish(failureReply(kind, requestId), requestId);
       writeRawReply(socket, reply, extra, () => {});
     };
@@ -327,6 +334,18 @@ class LaneListener implements ListenerSide {
 function connectionKeyOf(request: http.IncomingMessage): object {
   return (request as unknown as { stream?: { session?: object } }).stream?.session ??
     request.socket;
+}
+
+/**
+ * Ends a connection without a reply: once what was written before is flushed (replies to the
+ * requests parsed before, in their turn), or {@link LINGER_MS} at most for a client that does
+ * not take them.
+ */
+function closeSilently(socket: Duplex): void {
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  socket.once("close", () => clearTimeout(timer));
+  socket.once("finish", () => socket.destroy());
+  socket.end();
 }
 
 function requestTimeout(): NodeJS.ErrnoException {

@@ -3,6 +3,12 @@
  * 431 before any request existed) and for `Upgrade` requests, whose socket belongs to the gateway
  * from the start. A `tunnel` reply (101) splices the client and upstream sockets until either ends.
  *
+ * A reply written here has the byte shape of the same reply node's writer puts out for a closing
+ * connection (write.ts): the gateway's own fields in lower case, `content-length` for a fixed
+ * body, then `Date` and `Connection: close` as node spells and orders them. Written any other way
+ * (no `Date`, a lower-case `connection` before the length) one garbage line told a prober which
+ * software answered, however the body read.
+ *
  * Every socket written here has an owner (socket_owner.ts) before the first byte: a client that
  * resets while its reply is written ends its own connection, never the isolate. A tunnel whose
  * upstream side ended before the splice (an error the attempt's owner answered by destroying it)
@@ -60,21 +66,56 @@ export function writeRawReply(
     onDone(true);
     return;
   }
-  const close = ["connection", "close"];
+  const own = flatHeaders(withoutConnection(extra));
   if (reply.stream) {
     // An upstream's stream carries its rawHeaders; a body file, its route's headers.
-    const given = reply.rawHeaders ?? [...flatHeaders(reply.headers), ...flatHeaders(extra)];
-    const headers = [...given, ...close];
-    socket.write(renderHead(reply.status, headers));
+    const given = reply.rawHeaders ?? [...flatHeaders(reply.headers), ...own];
+    socket.write(renderHead(reply.status, closing(given)));
     reply.stream.pipeTo(socket as unknown as Parameters<typeof reply.stream.pipeTo>[0]);
     socket.once("finish", () => onDone(true));
     return;
   }
-  const base = [...flatHeaders(reply.headers), ...flatHeaders(extra), ...close];
   const body = reply.body ?? "";
   const bytes = typeof body === "string" ? Buffer.from(body) : body;
-  socket.write(renderHead(reply.status, [...base, "content-length", String(bytes.byteLength)]));
+  const length = ["content-length", String(bytes.byteLength)];
+  socket.write(
+    renderHead(reply.status, closing([...flatHeaders(reply.headers), ...own, ...length])),
+  );
   socket.end(bytes, () => onDone(true));
+}
+
+/**
+ * `headers` as node's writer ends a closing reply's head: `Date` (unless one is given) then
+ * `Connection: close`, after the fields given, in node's spelling; any `connection` given is
+ * dropped (it is always close here).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { closing } from "./raw_reply.ts";
+ * const head = closing(["content-length", "0", "connection", "close"]);
+ * assert.deepEqual([head[0], head[2], head[4], head[5]], ["content-length", "Date", "Connection", "close"]);
+ * ```
+ */
+export function closing(headers: readonly string[]): string[] {
+  const out: string[] = [];
+  let dated = false;
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i].toLowerCase();
+    if (name === "connection") continue;
+    if (name === "date") dated = true;
+    out.push(headers[i], headers[i + 1]);
+  }
+  if (!dated) out.push("Date", new Date().toUTCString());
+  out.push("Connection", "close");
+  return out;
+}
+
+/** `extra` without its `connection` field (the writer says close its own way). */
+function withoutConnection(extra: Record<string, string>): Record<string, string> {
+  if (!("connection" in extra)) return extra;
+  const { connection: _, ...rest } = extra;
+  return rest;
 }
 
 /**

@@ -15,7 +15,7 @@ import { createPrivateKey, X509Certificate } from "node:crypto";
 import tls from "node:tls";
 import type { CertificateSource } from "../config/load.ts";
 import { readNamedFile } from "../config/rooted_read.ts";
-import { generateCertificate } from "./self_signed.ts";
+import { generateCertificate, randomBootstrapName } from "./self_signed.ts";
 
 /** The largest PEM file read, in bytes (a long chain is a few KiB). */
 const MAX_PEM_BYTES = 1024 * 1024;
@@ -34,8 +34,8 @@ export interface ServedCertificate {
 export interface CertStoreOptions {
   readonly sources: readonly CertificateSource[];
   readonly minVersion: "TLSv1.2" | "TLSv1.3";
-  /** The name of the bootstrap certificate. */
-  readonly bootstrapName: string;
+  /** The name of the bootstrap certificate (absent: {@link randomBootstrapName}, once per store). */
+  readonly bootstrapName?: string;
   readonly log: (line: string) => void;
 }
 
@@ -63,10 +63,13 @@ export class CertStore {
   #default?: ServedCertificate;
   #lastReload: Date | null = null;
   #lastProblems: string[] = [];
+  /** The bootstrap certificate's name: the operator's, else random for this store's life. */
+  readonly #bootstrapName: string;
 
   /** @param options certificate files, minimum version, bootstrap name, log */
   constructor(options: CertStoreOptions) {
     this.#options = options;
+    this.#bootstrapName = options.bootstrapName ?? randomBootstrapName();
     this.#loaded = options.sources.map(() => undefined);
   }
 
@@ -91,15 +94,15 @@ export class CertStore {
     this.#loaded = next;
     const usable = next.filter((c): c is ServedCertificate => c !== undefined);
     if (usable.length === 0 && !this.#bootstrap) {
-      const generated = await generateCertificate(this.#options.bootstrapName);
+      const generated = await generateCertificate(this.#bootstrapName);
       this.#bootstrap = {
-        names: [this.#options.bootstrapName],
+        names: [this.#bootstrapName],
         notAfter: generated.notAfter,
         context: this.#context(generated.certPem, generated.keyPem),
       };
       this.#options.log(
         `portcullis: tls: no usable certificate; serving a self-signed bootstrap certificate for ` +
-          `${this.#options.bootstrapName} until ${generated.notAfter.toISOString()}`,
+          `${this.#bootstrapName} until ${generated.notAfter.toISOString()}`,
       );
     } else if (usable.length > 0 && this.#bootstrap) {
       this.#bootstrap = undefined;

@@ -1,7 +1,15 @@
 /**
  * The bootstrap certificate: a self-signed leaf (ECDSA P-256, 24 hours) generated at boot for the
- * node's configured name, served while the public lane has TLS but no usable certificate yet — the
- * first boot of an edge that will get its real certificate from ACME. Generated with WebCrypto and
+ * operator's `tls.name`, or else for a random name under `.invalid` (RFC 6761 §6.4: a name that
+ * never resolves), served for every server name while the public lane has TLS but no usable
+ * certificate yet — the first boot of an edge that will get its real certificate from ACME.
+ *
+ * Why random and not the node id, a constant, or the name the client asked for: the certificate is
+ * the first thing any prober of the port reads. The node id named the node and, with ids like
+ * `edge-1`, the fleet's naming; a constant would be one string shared by every edge — a
+ * fingerprint that links them; echoing the client's server name would need a key per name asked
+ * (a cost any prober could make the edge pay). A fresh random label per boot names nothing and is
+ * shared by no two edges. Generated with WebCrypto and
  * `@peculiar/x509` (which needs the `reflect-metadata` polyfill); the key never leaves memory.
  *
  * @module
@@ -28,6 +36,23 @@ export interface CertificateOptions {
   readonly ca?: boolean;
   /** More subject alternative names (DNS names or IP addresses). */
   readonly altNames?: readonly string[];
+}
+
+/**
+ * A bootstrap name that names nothing: 16 random hex digits under `.invalid`, new at each call.
+ *
+ * @example
+ * ```ts
+ * import { randomBootstrapName } from "./self_signed.ts";
+ * randomBootstrapName(); // e.g. "3f9c0a51d2e47b86.invalid"
+ * ```
+ */
+export function randomBootstrapName(): string {
+  const label = Array.from(
+    crypto.getRandomValues(new Uint8Array(8)),
+    (b) => b.toString(16).padStart(2, "0"),
+  ).join("");
+  return `${label}.invalid`;
 }
 
 /**

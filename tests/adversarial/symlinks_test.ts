@@ -303,7 +303,7 @@ Deno.test("hub: a token file open to group or others authenticates nobody and is
         path: `/v1/config/stream?node_id=${node}&wait=0`,
         headers: [["Authorization", `Bearer ${token}`]],
       });
-    assert.equal((await poll("open-node")).status, 401);
+    assert.equal((await poll("open-node")).status, 404);
     assert.equal((await poll("kept-node")).status, 200);
     await logLine(hub, /"open-node\.token" is open to group or others \(mode 0644; make it 0600\)/);
   } finally {
