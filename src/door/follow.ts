@@ -15,14 +15,9 @@
  * @module
  */
 import { readNamedFile } from "../config/rooted_read.ts";
-import {
-  describeHubFailure,
-  hubHttpClient,
-  HubRefusal,
-  readAnswerError,
-  UnverifiedSet,
-} from "../live/hub_answer.ts";
-import { backoffDelay, sleep } from "../live/backoff.ts";
+import { HubRefusal, readAnswerError, UnverifiedSet } from "../live/hub_answer.ts";
+import { sleep } from "../live/backoff.ts";
+import { HubLink } from "../live/hub_link.ts";
 import type { DoorHubConfig } from "./config.ts";
 import { type DoorAnswer, type HeldView, parseAnswer, rebuildView } from "./view.ts";
 
@@ -44,26 +39,20 @@ export interface FollowOptions {
 /** One door following its hub; its fields are the connection's state (`status()`). */
 export class DoorFollower {
   readonly #options: FollowOptions;
-  readonly #random: () => number;
+  /** The connection's state and client, as an edge's hub client keeps it. */
+  readonly #link: HubLink;
   #base: HeldView | undefined;
   #stopped = false;
-  #connected = false;
-  #failures = 0;
-  #lastError: { at: string; message: string } | undefined;
-  #lastContact: string | undefined;
-  #retryAt: number | undefined;
-  /** When the hub stopped answering (this outage's first failure); readiness names it. */
-  #unreachableSince: string | undefined;
   /** The last answer's view did not check (readiness: `set_rejected`); cleared by a good one. */
   #unverified: { at: string; message: string } | undefined;
-  #client: Deno.HttpClient | undefined;
   #current: AbortController | undefined;
   #done: Promise<void> = Promise.resolve();
 
   /** @param options the hub, node id, first base and what to do with views and a revocation */
   constructor(options: FollowOptions) {
     this.#options = options;
-    this.#random = options.random ?? Math.random;
+    const random = options.random ?? Math.random;
+    this.#link = new HubLink(options.hub, options.log, random, "portcullis: door: ");
     this.#base = options.initial;
   }
 
@@ -81,23 +70,17 @@ export class DoorFollower {
 
   /** Drops the connection: the next poll makes a new one (after a renewal, with the new pair). */
   reconnect(): void {
-    this.#client?.close();
-    this.#client = undefined;
+    this.#link.close();
   }
 
   /** The connection's state, for `/v1/status`. */
   status(): Record<string, unknown> {
-    const { hub } = this.#options;
+    const { url, auth, ...connection } = this.#link.status();
     return {
-      url: hub.url,
-      auth: hub.tls ? "mutual TLS" : "token",
+      url,
+      auth,
       following: !this.#stopped,
-      connected: this.#connected,
-      last_contact: this.#lastContact ?? null,
-      last_error: this.#lastError ?? null,
-      failures: this.#failures,
-      retry_at: this.#retryAt === undefined ? null : new Date(this.#retryAt).toISOString(),
-      unreachable_since: this.#unreachableSince ?? null,
+      ...connection,
       unverified: this.#unverified ?? null,
     };
   }
@@ -107,7 +90,7 @@ export class DoorFollower {
       const current = this.#current = new AbortController();
       try {
         const answer = await this.#ask(current.signal);
-        this.#noteContact();
+        this.#link.answered();
         await this.#apply(answer);
         this.#unverified = undefined;
       } catch (error) {
@@ -120,8 +103,7 @@ export class DoorFollower {
         await this.#backOff(error, current.signal);
       }
     }
-    this.#client?.close();
-    this.#client = undefined;
+    this.#link.close();
   }
 
   /** A received view becomes the base and is served, unless it is the one held. */
@@ -152,10 +134,9 @@ export class DoorFollower {
       const token = await readNamedFile(hub.tokenFile, "hub.token_file", { secret: true });
       headers.authorization = `Bearer ${token.trim()}`;
     }
-    if (hub.tls && !this.#client) this.#client = await hubHttpClient(hub.tls);
     const response = await fetch(url, {
       headers,
-      client: this.#client,
+      client: await this.#link.client(),
       signal: AbortSignal.any([signal, AbortSignal.timeout(hub.pollTimeoutMs)]),
     });
     const text = await response.text();
@@ -163,31 +144,8 @@ export class DoorFollower {
     throw readAnswerError(response.status, text);
   }
 
-  #noteContact(): void {
-    const { hub, log } = this.#options;
-    if (!this.#connected) log(`portcullis: door: hub ${hub.url} connected`);
-    this.#connected = true;
-    this.#failures = 0;
-    this.#retryAt = undefined;
-    this.#unreachableSince = undefined;
-    this.#lastContact = new Date().toISOString();
-  }
-
   /** After a failed poll: logs it (once an outage), drops the client, sleeps the backoff. */
   async #backOff(error: unknown, signal: AbortSignal): Promise<void> {
-    const { hub, log } = this.#options;
-    const message = describeHubFailure(error);
-    if (this.#connected || this.#failures === 0) {
-      log(`portcullis: door: hub ${hub.url}: ${message}; retrying`);
-    }
-    this.#connected = false;
-    this.#lastError = { at: new Date().toISOString(), message };
-    if (!(error instanceof UnverifiedSet)) this.#unreachableSince ??= this.#lastError.at;
-    this.#failures++;
-    this.#client?.close();
-    this.#client = undefined;
-    const delay = backoffDelay(hub, this.#failures, this.#random);
-    this.#retryAt = Date.now() + delay;
-    await sleep(delay, signal);
+    await sleep(this.#link.failed(error).delay, signal);
   }
 }

@@ -9,14 +9,21 @@
  * @module
  */
 import type { HubClientConfig } from "../config/load.ts";
-import { backoffDelay } from "./backoff.ts";
+import { backoffDelay, type BackoffSettings } from "./backoff.ts";
 import { CacheWriteError } from "./cache_faults.ts";
 import { type Answer, describeHubFailure, hubHttpClient, UnverifiedSet } from "./hub_answer.ts";
 
-/** One follower's connection state. */
+/** What a link needs of a follower's hub settings (an edge's `hub`, a door's). */
+export interface LinkedHub extends BackoffSettings {
+  readonly url: string;
+  readonly tls?: HubClientConfig["tls"];
+}
+
+/** One follower's connection state (an edge's hub client, a door's follower). */
 export class HubLink {
-  readonly #hub: HubClientConfig;
+  readonly #hub: LinkedHub;
   readonly #log: (line: string) => void;
+  readonly #who: string;
   readonly #random: () => number;
   #connected = false;
   #failures = 0;
@@ -33,11 +40,18 @@ export class HubLink {
    * @param hub the hub's address, credentials and backoff
    * @param log where connections and failures are said
    * @param random the jitter source
+   * @param who what its lines start with (`portcullis: `, a door's `portcullis: door: `)
    */
-  constructor(hub: HubClientConfig, log: (line: string) => void, random: () => number) {
+  constructor(
+    hub: LinkedHub,
+    log: (line: string) => void,
+    random: () => number,
+    who = "portcullis: ",
+  ) {
     this.#hub = hub;
     this.#log = log;
     this.#random = random;
+    this.#who = who;
   }
 
   /** Failures in a row since the hub last answered. */
@@ -47,7 +61,7 @@ export class HubLink {
 
   /** The hub answered: logs a reconnection, clears the failure count and the retry time. */
   answered(answer?: Answer): void {
-    if (!this.#connected) this.#log(`portcullis: hub ${this.#hub.url} connected`);
+    if (!this.#connected) this.#log(`${this.#who}hub ${this.#hub.url} connected`);
     this.#connected = true;
     this.#failures = 0;
     this.#retryAt = undefined;
@@ -65,9 +79,9 @@ export class HubLink {
   failed(error: unknown): { message: string; delay: number } {
     const message = describeHubFailure(error);
     const disk = error instanceof CacheWriteError;
-    if (disk) this.#log(`portcullis: ${message}; retrying`);
+    if (disk) this.#log(`${this.#who}${message}; retrying`);
     else if (this.#connected || this.#failures === 0) {
-      this.#log(`portcullis: hub ${this.#hub.url}: ${message}; retrying`);
+      this.#log(`${this.#who}hub ${this.#hub.url}: ${message}; retrying`);
     }
     if (!disk) this.#connected = false;
     this.#lastError = { at: new Date().toISOString(), message };
