@@ -34,6 +34,7 @@ import { readNamedFile, readRootedText, RootedReadError } from "../config/rooted
 import { describeIoError } from "../config/yaml_file.ts";
 import { NODE_ID } from "./csr.ts";
 import { randomSerial, writeFileAtomic } from "./pem.ts";
+import { recordFields } from "./record_fields.ts";
 import { parseSpent, sha256Hex, SPENT_SUFFIX, type SpentSecret } from "./spent_secrets.ts";
 
 /** The kinds of node a secret can register. */
@@ -115,21 +116,11 @@ export async function readNodeSecretFile(path: string): Promise<NodeSecretFile> 
 
 /** The fields of a secret file; errors start with `what`. */
 function parseSecretFile(text: string, what: string): NodeSecretFile {
-  let json: Record<string, unknown>;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new Error(`${what} is not JSON: ${(error as Error).message}`);
-  }
-  const field = (name: string, pattern: RegExp) => {
-    const value = json?.[name];
-    if (typeof value === "string" && pattern.test(value)) return value;
-    throw new Error(`${what} has no valid field "${name}"`);
-  };
-  const incarnation = json?.incarnation ?? 1;
-  if (typeof incarnation !== "number" || !Number.isSafeInteger(incarnation) || incarnation < 1) {
-    throw new Error(`${what} has no valid field "incarnation"`);
-  }
+  const record = recordFields(text, what);
+  const { json } = record;
+  const field = record.text;
+  // Secrets written before incarnations were counted are the first.
+  const incarnation = record.count("incarnation", 1);
   return {
     nodeId: field("node_id", NODE_ID),
     nodeType: field("node_type", /^[a-z]{1,32}$/),

@@ -22,6 +22,7 @@
 import { join } from "node:path";
 import { NODE_ID } from "./csr.ts";
 import { writeFileAtomic } from "./pem.ts";
+import { recordFields } from "./record_fields.ts";
 
 /** A registration the hub answered, as a retry may get it again. */
 export interface SpentSecret {
@@ -73,21 +74,9 @@ export async function writeSpent(secretsDir: string, spent: SpentSecret): Promis
  * @throws {Error} naming the field that is missing or malformed
  */
 export function parseSpent(text: string, what: string): SpentSecret {
-  let json: Record<string, unknown>;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new Error(`${what} is not JSON: ${(error as Error).message}`);
-  }
-  const field = (name: string, pattern: RegExp) => {
-    const value = json?.[name];
-    if (typeof value === "string" && pattern.test(value)) return value;
-    throw new Error(`${what} has no valid field "${name}"`);
-  };
-  const incarnation = json?.incarnation;
-  if (typeof incarnation !== "number" || !Number.isSafeInteger(incarnation) || incarnation < 1) {
-    throw new Error(`${what} has no valid field "incarnation"`);
-  }
+  const record = recordFields(text, what);
+  const field = record.text;
+  const incarnation = record.count("incarnation");
   const until = field("until", /^[0-9TZ:.+-]{10,40}$/);
   if (Number.isNaN(Date.parse(until))) throw new Error(`${what} has no valid field "until"`);
   return {
