@@ -43,6 +43,9 @@ async function withTwoTenants(
         config.egress = {
           socks: [{ hostname: "127.0.0.1", port: socks.port }],
           ...(isolate === undefined ? {} : { isolate_tenants: isolate }),
+          // Each request is its own client connection; whether one tenant's connection goes on
+          // to the other is the question here, not the settle time between clients.
+          reuse_settle_ms: 0,
         };
         withLegacyHeaders(config); // the SOCKS recorder reads the tenant from X-Portcullis-Tenant
       },
