@@ -10,7 +10,7 @@
  * deno run --allow-read --allow-write --allow-run --allow-env scripts/mutate_ops.ts
  *   [--modules PATH_OR_GLOB…] [--changed COMMIT] [--operators NAME,…] [--list]
  *   [--full] [--transitive-limit N] [--timeout SECONDS]
- *   [--results FILE] [--resume | --fresh] [--report FILE] [--equivalents FILE]
+ *   [--results FILE] [--resume [--survivors] | --fresh] [--report FILE] [--equivalents FILE]
  * ```
  *
  * Without `--modules` the list in `mutation/scope.ts` is mutated. `--changed COMMIT` keeps only
@@ -18,6 +18,8 @@
  * run takes hours. Each verdict is appended to the results file (default
  * `dist/mutation/results.jsonl`): `--resume` continues an interrupted run, skipping the mutants and
  * baselines it already has; `--fresh` starts over; with neither, an existing file is refused.
+ * `--resume --survivors` judges again only the mutants the file has as survivors (after a test
+ * was written to kill them), nothing else: the new verdict is appended and wins.
  * Mutants justified in `scripts/mutation_equivalents.json` are not run and are reported apart,
  * as are justifications whose mutant no longer exists (stale). The report (default
  * `dist/mutation/survivors.md`) has the score per folder and every survivor with its tests.
@@ -44,7 +46,8 @@ import { copyTree } from "./mutation/test_run.ts";
 
 const USAGE = "usage: deno run --allow-read --allow-write --allow-run --allow-env " +
   "scripts/mutate_ops.ts [--modules PATH…] [--changed COMMIT] [--operators NAME,…] [--list] " +
-  "[--full] [--transitive-limit N] [--timeout SECONDS] [--results FILE] [--resume | --fresh] " +
+  "[--full] [--transitive-limit N] [--timeout SECONDS] [--results FILE] " +
+  "[--resume [--survivors] | --fresh] " +
   "[--report FILE] [--equivalents FILE]";
 
 /** The options the command line gives. */
@@ -58,6 +61,8 @@ export interface OpsOptions {
   readonly timeoutMs?: number;
   readonly results: string;
   readonly resume: boolean;
+  /** With `resume`: judge the recorded survivors again. */
+  readonly survivors: boolean;
   readonly fresh: boolean;
   readonly report: string;
   readonly equivalents: string;
@@ -72,8 +77,9 @@ export function parseOpsArgs(args: readonly string[]): OpsOptions | string {
     const arg = args[i];
     if (arg === "--modules") {
       while (args[i + 1] !== undefined && !args[i + 1].startsWith("--")) modules.push(args[++i]);
-    } else if (["--list", "--full", "--resume", "--fresh"].includes(arg)) flags.add(arg);
-    else if (
+    } else if (["--list", "--full", "--resume", "--survivors", "--fresh"].includes(arg)) {
+      flags.add(arg);
+    } else if (
       [
         "--changed",
         "--operators",
@@ -101,6 +107,9 @@ export function parseOpsArgs(args: readonly string[]): OpsOptions | string {
   if (flags.has("--resume") && flags.has("--fresh")) {
     return "--resume and --fresh exclude each other";
   }
+  if (flags.has("--survivors") && !flags.has("--resume")) {
+    return "--survivors judges a results file's survivors again: it needs --resume";
+  }
   return {
     modules: modules.length > 0 ? modules : Object.values(DEFAULT_MODULES).flat(),
     changed: values.get("--changed"),
@@ -111,6 +120,7 @@ export function parseOpsArgs(args: readonly string[]): OpsOptions | string {
     timeoutMs: timeout === undefined ? undefined : timeout * 1000,
     results: values.get("--results") ?? "dist/mutation/results.jsonl",
     resume: flags.has("--resume"),
+    survivors: flags.has("--survivors"),
     fresh: flags.has("--fresh"),
     report: values.get("--report") ?? "dist/mutation/survivors.md",
     equivalents: values.get("--equivalents") ?? "scripts/mutation_equivalents.json",
@@ -215,7 +225,9 @@ async function runMutants(
       log,
     };
     for (const [index, mutant] of chosen.entries()) {
-      if (equivalents.has(mutant.id) || results.mutants.has(mutant.id)) continue;
+      if (equivalents.has(mutant.id)) continue;
+      const known = results.mutants.get(mutant.id);
+      if (options.survivors ? known?.outcome !== "survived" : known) continue;
       const record = await judge(runContext, mutant);
       if (!record) break;
       const verdict = record.outcome === "timeout" ? "killed (timeout)" : record.outcome;

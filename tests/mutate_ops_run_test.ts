@@ -306,6 +306,43 @@ Deno.test("mutate_ops: one mutant killed directly, one through a fixture, one su
   }
 });
 
+Deno.test("mutate_ops: --resume --survivors judges only the survivors again, once a test kills them", async () => {
+  const root = await fakeRepo();
+  const lines: string[] = [];
+  const log = (line: string) => lines.push(line);
+  const args = ["--modules", "src", "--operators", "boundary,remove-call"];
+  const files = ["--results", "out/results.jsonl", "--report", "out/survivors.md"];
+  try {
+    assert.equal(await main([...args, ...files], { root, log }), 1);
+    // --survivors alone is refused: it has no verdicts to go back to.
+    assert.equal(await main([...args, ...files, "--survivors"], { root, log }), 2);
+    assert.match(lines.at(-1)!, /^--survivors .* needs --resume/);
+    // A test that watches console.debug kills the survivor.
+    await Deno.writeTextFile(
+      join(root, "tests/debug_test.ts"),
+      [
+        'import { note } from "../src/limit.ts";',
+        'Deno.test("note() writes its number to the debug console", () => {',
+        "  const said: unknown[] = [];",
+        "  const original = console.debug;",
+        "  console.debug = (...values: unknown[]) => void said.push(...values);",
+        "  try { note(3); } finally { console.debug = original; }",
+        '  if (said[0] !== 3) throw new Error("silent");',
+        "});",
+        "",
+      ].join("\n"),
+    );
+    lines.length = 0;
+    assert.equal(await main([...args, ...files, "--resume", "--survivors"], { root, log }), 0);
+    const judged = lines.filter((line) => line.startsWith("["));
+    assert.equal(judged.length, 1, lines.join("\n"));
+    assert.match(judged[0], /^\[3\/3\] killed +src\/limit\.ts:7:3 {2}remove-call/);
+    assert.match(lines.at(-2)!, /3 mutants, 3 killed, 0 survived, 0 equivalent; score 100\.0 %/);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
 Deno.test("mutate_ops: failures that do not repeat against the mutant do not kill it", async () => {
   // The test fails on its 2nd and 4th runs: the baseline passes, the first mutated run fails and
   // its confirmation passes, the repeated stage fails again and its confirmation passes, the third
