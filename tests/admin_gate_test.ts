@@ -136,6 +136,11 @@ Deno.test("AdminGate.fromLine() refuses a malformed line, naming the segment and
     [`/${SLUG}/${T1}/${T2}`, /^Its line does not start and end with \/$/],
     [` ${SECRET}`, /^Its line does not start and end with \/$/],
     [`${SECRET}\n${SECRET}\n`, /^It holds more than one line$/],
+    // A break inside the line, not at its end: never joined into a valid line.
+    [`/${SLUG}\n/${T1}/${T2}/`, /^It holds more than one line$/],
+    // A lone carriage return ends a line as well as a line feed does.
+    [`${SECRET}\r`, /^It holds more than one line$/],
+    [`/${SLUG}/${T1}\r/${T2}/`, /^It holds more than one line$/],
     ["", /^Its line does not start and end with \/$/],
   ];
   for (const [line, message] of cases) {

@@ -175,3 +175,29 @@ Deno.test("rule 9: the table is the registries', whatever the code lists", () =>
   assert.notEqual(verdict("fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), undefined, "fc00::/7");
   assert.notEqual(verdict("febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), undefined, "fe80::/10");
 });
+
+Deno.test("the refusal names the kind of range at both ends of neighbouring ranges (multicast, then reserved)", () => {
+  // 224.0.0.0/4 and 240.0.0.0/4 are both refused: a multicast range typed as /3 would swallow the
+  // reserved one, and only the sentence the operator reads would tell.
+  for (const address of ["224.0.0.0", "239.255.255.255"]) {
+    assert.match(verdict(address) ?? "", /is a multicast address,/, address);
+  }
+  for (const address of ["240.0.0.0", "255.255.255.255"]) {
+    assert.match(verdict(address) ?? "", /is a reserved address,/, address);
+  }
+  assert.match(verdict("::") ?? "", /unspecified/, "::");
+  assert.match(verdict("::1") ?? "", /loopback/, "::1");
+});
+
+Deno.test("a host no resolver reads the same way is refused, and no allowance lets it through", () => {
+  const everything = new PrivateAllowance(["0.0.0.0/0", "::/0"]);
+  for (const host of ["exa mple.test", "a\u0000b", "[::1", "1.2.3.4.5.6"]) {
+    assert.match(
+      refuseInternal(host, 443, NOTHING_ALLOWED) ?? "",
+      /:443 is not a host any resolver reads the same way, not in egress\.allow_private$/,
+      JSON.stringify(host),
+    );
+    assert.equal(everything.allows(host, 443), false, JSON.stringify(host));
+    assert.notEqual(refuseInternal(host, 443, everything), undefined, JSON.stringify(host));
+  }
+});

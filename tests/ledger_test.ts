@@ -142,6 +142,30 @@ Deno.test("ledger.admit() caps one connection's request rate: burst, refill, oth
   assert.equal(snapshotLedger(ledger).release_balanced, true);
 });
 
+Deno.test("ledger.admit() refuses a request whose token is due in less than a millisecond", () => {
+  // 5,000 per second: a token every 200 µs. Right after a burst of one, the next token is 0.2 ms
+  // away: still refused (Retry-After rounds it up), on the lane's budget and a connection's alike.
+  let now = 1000;
+  const ledger = new Ledger(
+    profile({
+      per_connection: 8,
+      connection_rate: { per_second: 5000, burst: 1 },
+      lanes: { provider_health: { rate: { per_second: 5000, burst: 1 } } },
+    }),
+    { clock: () => now },
+  );
+  const conn = { active: 0 };
+  admitted(ledger.admit("public", conn)).complete();
+  const soon = refused(ledger.admit("public", conn), "connection_rate");
+  assert.ok(soon.retryAfterMs! > 0 && soon.retryAfterMs! < 1, `${soon.retryAfterMs}`);
+  admitted(ledger.admit("provider_health")).complete();
+  const lane = refused(ledger.admit("provider_health"), "rate_budget");
+  assert.ok(lane.retryAfterMs! > 0 && lane.retryAfterMs! < 1, `${lane.retryAfterMs}`);
+  now += 0.2; // the token is due
+  admitted(ledger.admit("public", conn)).complete();
+  admitted(ledger.admit("provider_health")).complete();
+});
+
 Deno.test("ledger.admit() spends the rate budget: burst, then refill over time", () => {
   let now = 0;
   const ledger = new Ledger(
