@@ -248,3 +248,20 @@ Deno.test("applyMutant() replaces exactly the span and refuses a file that chang
     message: /src\/x\.ts:1:14 holds ">", not "<"/,
   });
 });
+
+Deno.test("--sample: a hash of the id picks about the fraction asked, the same ones every time, nested", async () => {
+  const { inSample } = await import("../scripts/mutation/generate.ts");
+  const { parseOpsArgs } = await import("../scripts/mutate_ops.ts");
+  const ids = Array.from({ length: 4000 }, (_, i) => `src/x_${i % 37}.ts:number:${i.toString(16)}`);
+  const quarter = ids.filter((id) => inSample(id, 0.25));
+  assert.ok(quarter.length > 850 && quarter.length < 1150, `${quarter.length} of 4000`);
+  assert.deepEqual(ids.filter((id) => inSample(id, 0.25)), quarter, "the same ones again");
+  const half = new Set(ids.filter((id) => inSample(id, 0.5)));
+  assert.ok(quarter.every((id) => half.has(id)), "a larger sample holds the smaller one");
+  assert.equal(ids.every((id) => inSample(id, 1)), true);
+  for (const bad of ["0", "-0.5", "1.5", "half"]) {
+    assert.match(String(parseOpsArgs(["--sample", bad])), /^--sample takes a fraction above 0/);
+  }
+  const options = parseOpsArgs(["--sample", "0.2"]);
+  assert.equal(typeof options === "object" && options.sample, 0.2);
+});

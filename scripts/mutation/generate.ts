@@ -51,3 +51,26 @@ export function onChangedLines(mutants: readonly Mutant[], changed: ChangedLines
     return touches(changed, mutant.file, mutant.line, mutant.line + lines);
   });
 }
+
+/**
+ * True when `id` falls in a sample of about `fraction` of all mutants. The choice is a hash of the
+ * id alone (FNV-1a), so a mutant is in or out of the sample whatever else changed, a resumed run
+ * keeps the same sample, and a larger fraction holds every mutant of a smaller one.
+ *
+ * @param fraction in (0, 1]; 1 keeps every mutant
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { inSample } from "./generate.ts";
+ * assert.equal(inSample("src/a.ts:number:0123456789", 1), true);
+ * assert.equal(inSample("src/a.ts:number:0123456789", 0.5), inSample("src/a.ts:number:0123456789", 0.5));
+ * ```
+ */
+export function inSample(id: string, fraction: number): boolean {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < id.length; i++) {
+    hash ^= id.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return hash / 0x1_0000_0000 < fraction;
+}

@@ -25,6 +25,8 @@ export interface ReportInput {
   /** The unmutated text of each mutated file. */
   readonly sources: ReadonlyMap<string, string>;
   readonly elapsedMs: number;
+  /** The fraction of the mutants sampled (`--sample`), when not all were chosen. */
+  readonly sample?: number;
 }
 
 /** Counts for one folder (or all). */
@@ -72,7 +74,8 @@ const code = (text: string) => `\`${text.replaceAll("`", "'").replaceAll("\n", "
 /** The one-line summary printed at the end of a run. */
 export function summaryLine(input: ReportInput): string {
   const { all } = tallies(input);
-  return `mutate:ops: ${all.mutants} mutants, ${all.killed} killed, ${all.survived} survived, ` +
+  const sampled = input.sample === undefined ? "" : ` (a ${100 * input.sample} % sample)`;
+  return `mutate:ops: ${all.mutants} mutants${sampled}, ${all.killed} killed, ${all.survived} survived, ` +
     `${all.equivalent} equivalent` + (all.notRun > 0 ? `, ${all.notRun} not run` : "") +
     (input.stale.length > 0 ? `, ${input.stale.length} stale justifications` : "") +
     `; score ${score(all).toFixed(1)} % (${duration(input.elapsedMs)})`;
