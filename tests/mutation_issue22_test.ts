@@ -76,3 +76,26 @@ Deno.test("withoutGateSegments() writes each of the first three gate-shaped segm
   assert.equal(withoutGateSegments(`/${slug}.html`), `/${slug}.html`);
   assert.equal(withoutGateSegments("/"), "/");
 });
+
+Deno.test("withoutGateSegments() masks the gate's segments in a refused target of any form", () => {
+  // A refused request is logged as it came: its first three path segments are counted where the
+  // path begins, so neither the slug nor a token reaches the log.
+  const slug = "slug-0123456789abcdeX";
+  const t1 = "t1_ABCDEFGHIJKLMNOPq";
+  const t2 = "t2-qrstuvwxyz0123456";
+  assert.equal(withoutGateSegments(`${slug}/${t1}/${t2}/`), "-/-/-/", "no leading /");
+  assert.equal(withoutGateSegments(`${slug}/${t1}/${t2}/${slug}`), `-/-/-/${slug}`);
+  assert.equal(
+    withoutGateSegments(`http://other.test/${slug}/${t1}/${t2}/`),
+    "http://other.test/-/-/-/",
+    "absolute form",
+  );
+  assert.equal(
+    withoutGateSegments(`HTTPS://${slug}.test:443/${slug}/${t1}/${t2}?q=1`),
+    `HTTPS://${slug}.test:443/-/-/-?q=1`,
+  );
+  assert.equal(withoutGateSegments(`/${slug}/${t1}/${t2}?${t1}`), `/-/-/-?${t1}`, "a query after");
+  assert.equal(withoutGateSegments(`/${slug}?/${t1}/${t2}`), `/-?/${t1}/${t2}`, "only the path");
+  assert.equal(withoutGateSegments(`http://other.test`), "http://other.test");
+  assert.equal(withoutGateSegments(`//${slug}/${t1}/${t2}`), `//-/-/${t2}`, "a / before the first");
+});

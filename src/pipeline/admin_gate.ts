@@ -174,7 +174,10 @@ export function firstSegments(target: string): [string, string, string] {
  * A path as the access log writes it on the public lane of an edge with an admin gate: each of
  * its first three segments shaped like a gate segment (16 to 128 of `A-Z a-z 0-9 _ -`) is written
  * as `-`, so a near miss (a guess one character off the slug) never puts most of a secret in the
- * log. It looks at the shape only, never at the secret.
+ * log. It looks at the shape only, never at the secret. The first three segments are counted
+ * where the path begins whatever the target's form, since a refused request is logged as it came:
+ * after the authority of an absolute-form target (`http://host/slug/t1/t2/`), and from the first
+ * character of one without a leading `/` (`slug/t1/t2/`); a query ends the last segment.
  *
  * @example
  * ```ts
@@ -184,12 +187,19 @@ export function firstSegments(target: string): [string, string, string] {
  * ```
  */
 export function withoutGateSegments(path: string): string {
-  const parts = path.split("/");
-  for (let index = 1; index <= 3 && index < parts.length; index++) {
+  const authority = ABSOLUTE_FORM.exec(path)?.[0] ?? "";
+  const rest = path.slice(authority.length);
+  const query = rest.indexOf("?");
+  const parts = (query < 0 ? rest : rest.slice(0, query)).split("/");
+  const first = authority !== "" || path.startsWith("/") ? 1 : 0;
+  for (let index = first; index < first + 3 && index < parts.length; index++) {
     if (SEGMENT.test(parts[index])) parts[index] = "-";
   }
-  return parts.join("/");
+  return authority + parts.join("/") + (query < 0 ? "" : rest.slice(query));
 }
+
+/** A scheme and authority in front of an absolute-form target's path. */
+const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
 
 /**
  * Reads the gate's file at boot, as a secret: owner-only, inside its folder, small.
