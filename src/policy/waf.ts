@@ -241,8 +241,11 @@ function inspectText(
 ): WafFinding | undefined {
   const bounded = raw.slice(0, WAF_INSPECT_LIMIT);
   const texts = variants(bounded, isQuery);
-  // Rules ignore case, so an original that differs from its decoding only in case adds nothing.
-  if (texts.length > 1 && texts[1] === bounded.toLowerCase()) texts.shift();
+  // Rules ignore case, so an original that differs from its decoding only in case adds nothing —
+  // unless lowering made it longer (`İ` is two characters lowered), which moves what follows past
+  // a rule's bounded gap: then the original is inspected as well.
+  const lowered = bounded.toLowerCase();
+  if (texts.length > 1 && texts[1] === lowered && lowered.length === bounded.length) texts.shift();
   for (const { detection, any, rules } of detectors) {
     for (const text of texts) {
       if (!any.test(text)) continue;
