@@ -98,4 +98,13 @@ Deno.test("withoutGateSegments() masks the gate's segments in a refused target o
   assert.equal(withoutGateSegments(`/${slug}?/${t1}/${t2}`), `/-?/${t1}/${t2}`, "only the path");
   assert.equal(withoutGateSegments(`http://other.test`), "http://other.test");
   assert.equal(withoutGateSegments(`//${slug}/${t1}/${t2}`), `//-/-/${t2}`, "a / before the first");
+  // A scheme of letters, digits, +, . and -; an authority ends at /, ? or #.
+  assert.equal(withoutGateSegments(`x-1.a+b://h/${slug}/${t1}`), "x-1.a+b://h/-/-");
+  assert.equal(
+    withoutGateSegments(`http://h?/${slug}/${t1}`),
+    `http://h?/${slug}/${t1}`,
+    "all query",
+  );
+  assert.equal(withoutGateSegments(`http://h?q`), "http://h?q");
+  assert.equal(withoutGateSegments(`/a/b://c/${slug}`), `/a/b://c/${slug}`, "not at the start");
 });
