@@ -73,9 +73,10 @@ export async function sendOwnedAttempt(
       buffer.set(dialled.head);
       end = dialled.head.byteLength;
     }
+    // Taken now: a head refused below on a pooled connection must not count its earlier exchanges.
+    before = conn.bytesWritten;
     const head = requestHead(context.head.method, forward.target, attempt.headers);
     firstByte.start();
-    before = conn.bytesWritten;
     await conn.write(head);
     const got = await readHead(conn, buffer, end, context.head.method);
     return answerOf(got, { conn, pool: agent.owned, buffer, clock });
