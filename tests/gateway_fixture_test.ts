@@ -85,3 +85,14 @@ Deno.test("Gateway.start() never moves a port the caller chose itself", async ()
     await Deno.remove(dir.dir, { recursive: true }).catch(() => {});
   }
 });
+
+Deno.test("freePorts() notes every port it hands out where the machine's other test processes look", () => {
+  const notes = `${Deno.env.get("TMPDIR") ?? "/tmp"}/portcullis-test-ports`;
+  const ports = freePorts(20);
+  assert.equal(new Set(ports).size, 20);
+  for (const port of ports) {
+    assert.equal(Deno.readTextFileSync(`${notes}/${port}`), `${Deno.pid}\n`, `port ${port}`);
+    const age = Date.now() - Deno.statSync(`${notes}/${port}`).mtime!.getTime();
+    assert.ok(age < 60_000, `port ${port}'s note is fresh`);
+  }
+});
