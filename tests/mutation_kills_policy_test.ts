@@ -520,6 +520,8 @@ Deno.test("MatchCounter keeps at most maxEntries clients: the third forgets the 
   assert.equal(matches.count("c", 4), 2, "c was kept");
 });
 
+const ENCODED_ATTACK = "x=%22%20" + "%C4%B0".repeat(40) + "%20onmouseover%3Dalert%281%29%20x%3D%22";
+
 Deno.test("waf: characters that grow when lowered (İ) do not carry an attack past a rule's bounded gap", () => {
   const options = { sqli: true, xss: true, traversal: true, headers: [] };
   const attack = 'x="' + "İ".repeat(40) + " onmouseover=alert(1)";
@@ -527,6 +529,9 @@ Deno.test("waf: characters that grow when lowered (İ) do not carry an attack pa
     const [where, request] of [
       ["query", { path: "/a", query: attack, header: () => undefined }],
       ["path", { path: `/${attack}`, query: "", header: () => undefined }],
+      // The outside attack's bytes: percent-encoded İ (%C4%B0) where 40 ASCII letters are caught.
+      ["encoded query", { path: "/q", query: ENCODED_ATTACK, header: () => undefined }],
+      ["encoded path", { path: `/q/${ENCODED_ATTACK}`, query: "", header: () => undefined }],
     ] as const
   ) {
     const finding = inspect(request, options);

@@ -171,13 +171,12 @@ export function firstSegments(target: string): [string, string, string] {
 }
 
 /**
- * A path as the access log writes it on the public lane of an edge with an admin gate: each of
- * its first three segments shaped like a gate segment (16 to 128 of `A-Z a-z 0-9 _ -`) is written
- * as `-`, so a near miss (a guess one character off the slug) never puts most of a secret in the
- * log. It looks at the shape only, never at the secret. The first three segments are counted
- * where the path begins whatever the target's form, since a refused request is logged as it came:
- * after the authority of an absolute-form target (`http://host/slug/t1/t2/`), and from the first
- * character of one without a leading `/` (`slug/t1/t2/`); a query ends the last segment.
+ * A path as the access log writes it on the public lane of an edge with an admin gate: every run
+ * of 16 or more gate characters (`A-Z a-z 0-9 _ -`, the shape of a gate segment) anywhere in it is
+ * written as `-`, so neither a hit nor a near miss (a guess one character off, a segment with `;x`
+ * or `%2F` attached, one pushed to the fourth place by a segment in front, the slug sent as an
+ * absolute-form authority) puts a secret, or most of one, in the log. It looks at the shape only,
+ * never at the secret; long tokens of other paths are masked as well on an edge with a gate.
  *
  * @example
  * ```ts
@@ -187,19 +186,11 @@ export function firstSegments(target: string): [string, string, string] {
  * ```
  */
 export function withoutGateSegments(path: string): string {
-  const authority = ABSOLUTE_FORM.exec(path)?.[0] ?? "";
-  const rest = path.slice(authority.length);
-  const query = rest.indexOf("?");
-  const parts = (query < 0 ? rest : rest.slice(0, query)).split("/");
-  const first = authority !== "" || path.startsWith("/") ? 1 : 0;
-  for (let index = first; index < first + 3 && index < parts.length; index++) {
-    if (SEGMENT.test(parts[index])) parts[index] = "-";
-  }
-  return authority + parts.join("/") + (query < 0 ? "" : rest.slice(query));
+  return path.replace(GATE_RUN, "-");
 }
 
-/** A scheme and authority in front of an absolute-form target's path. */
-const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
+/** A run of gate characters as long as the shortest gate segment, or longer. */
+const GATE_RUN = /[A-Za-z0-9_-]{16,}/g;
 
 /**
  * Reads the gate's file at boot, as a secret: owner-only, inside its folder, small.

@@ -25,7 +25,7 @@
  * @module
  */
 
-import { variants } from "./waf_decode.ts";
+import { asciiLower, variants } from "./waf_decode.ts";
 
 export { variants };
 
@@ -241,11 +241,9 @@ function inspectText(
 ): WafFinding | undefined {
   const bounded = raw.slice(0, WAF_INSPECT_LIMIT);
   const texts = variants(bounded, isQuery);
-  // Rules ignore case, so an original that differs from its decoding only in case adds nothing —
-  // unless lowering made it longer (`İ` is two characters lowered), which moves what follows past
-  // a rule's bounded gap: then the original is inspected as well.
-  const lowered = bounded.toLowerCase();
-  if (texts.length > 1 && texts[1] === lowered && lowered.length === bounded.length) texts.shift();
+  // Rules ignore case, so an original that differs from its decoding only in ASCII case adds
+  // nothing (the decodings lower ASCII letters only, so lengths never change).
+  if (texts.length > 1 && texts[1] === asciiLower(bounded)) texts.shift();
   for (const { detection, any, rules } of detectors) {
     for (const text of texts) {
       if (!any.test(text)) continue;

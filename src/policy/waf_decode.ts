@@ -46,12 +46,23 @@ const ENTITY_CHARS: Readonly<Record<string, string>> = Object.freeze({
  * ```
  */
 export function variants(text: string, isQuery: boolean): string[] {
-  const once = decode(isQuery && text.includes("+") ? text.replace(PLUS, " ") : text).toLowerCase();
-  const twice = decode(once).toLowerCase();
+  const once = asciiLower(decode(isQuery && text.includes("+") ? text.replace(PLUS, " ") : text));
+  const twice = asciiLower(decode(once));
   const collapsed = collapse(twice);
   const all = [text, once, twice, collapsed];
   return all.filter((variant, index) => all.indexOf(variant) === index);
 }
+
+/**
+ * Lower case for the ASCII letters only: the rules are ASCII, and a full lowering changes lengths
+ * (`İ` lowers to two characters), so padding of such characters carried an attack past a rule's
+ * bounded gap with half the characters ASCII padding needs.
+ */
+export function asciiLower(text: string): string {
+  return text.replace(UPPER_ASCII, (letters) => letters.toLowerCase());
+}
+
+const UPPER_ASCII = /[A-Z]+/g;
 
 /** One decoding pass: overlong and percent escapes, then HTML entities. */
 function decode(text: string): string {
