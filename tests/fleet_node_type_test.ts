@@ -111,6 +111,14 @@ boundedTest(
   60_000,
 );
 
+/** Waits (5 s at most) for the hub to log `line`: the refusal is answered before it is read back. */
+async function logged(fleet: FleetProcess, line: RegExp): Promise<void> {
+  for (const deadline = Date.now() + 5000; !line.test(fleet.hub.stderr);) {
+    if (Date.now() > deadline) assert.match(fleet.hub.stderr, line);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 boundedTest(
   "node type: a secret for a registered node, or for a revoked incarnation, registers nothing at the hub",
   async () => {
@@ -120,14 +128,14 @@ boundedTest(
       // Made behind the CLI's back (add-node refuses a registered node): a door secret for it.
       await addNodeSecret(fleet.files.secretsDir, "edge-1", "door");
       assert.equal((await fleet.register("edge-1", "door")).body.error?.code, REFUSED);
-      assert.match(fleet.hub.stderr, /edge-1\W{0,3} refused: the node is registered already/);
+      await logged(fleet, /edge-1\W{0,3} refused: the node is registered already/);
       assert.equal((await fleet.get("config", "edge-1", edge)).status, 200, "still the edge");
       // Added, revoked before it registered, then a secret of that same incarnation: refused.
       assert.equal((await fleet.addNode("edge-2")).code, 0);
       assert.equal((await fleet.revoke("edge-2")).code, 0);
       await addNodeSecret(fleet.files.secretsDir, "edge-2", "edge");
       assert.equal((await fleet.register("edge-2", "edge")).body.error?.code, REFUSED);
-      assert.match(fleet.hub.stderr, /edge-2\W{0,3} refused: the node is revoked/);
+      await logged(fleet, /edge-2\W{0,3} refused: the node is revoked/);
     } finally {
       await fleet.dispose();
     }
