@@ -232,14 +232,17 @@ function fakeRepo(): Promise<string> {
   });
 }
 
+/** The fake repository's run: two operators over its one module. */
+const RUN_ARGS = ["--modules", "src", "--operators", "boundary,remove-call"];
+/** Where that run writes its results and report. */
+const RUN_FILES = ["--results", "out/results.jsonl", "--report", "out/survivors.md"];
+
 Deno.test("mutate_ops: one mutant killed directly, one through a fixture, one survivor; a failing test left out", async () => {
   const root = await fakeRepo();
   const lines: string[] = [];
   const log = (line: string) => lines.push(line);
-  const args = ["--modules", "src", "--operators", "boundary,remove-call"];
-  const files = ["--results", "out/results.jsonl", "--report", "out/survivors.md"];
   try {
-    assert.equal(await main([...args, ...files], { root, log }), 1);
+    assert.equal(await main([...RUN_ARGS, ...RUN_FILES], { root, log }), 1);
     const results = await readResults(join(root, "out/results.jsonl"));
     const verdicts = [...results.mutants.values()].map((r) =>
       `${r.line} ${r.operator} ${r.outcome} ${r.stage ?? "-"} ${r.tests.join(",")}`
@@ -272,7 +275,7 @@ Deno.test("mutate_ops: one mutant killed directly, one through a fixture, one su
     assert.match(await Deno.readTextFile(join(root, "src/limit.ts")), /n > 10;\n[^]*seen\.push/);
 
     // An existing results file is refused unless the run resumes it.
-    assert.equal(await main([...args, ...files], { root, log }), 2);
+    assert.equal(await main([...RUN_ARGS, ...RUN_FILES], { root, log }), 2);
     assert.match(lines.at(-1)!, /exists: --resume continues it, --fresh starts over/);
 
     // Resumed with the survivor justified (and one stale justification): nothing runs again.
@@ -286,7 +289,7 @@ Deno.test("mutate_ops: one mutant killed directly, one through a fixture, one su
     };
     const stale = { ...justified, id: "src/limit.ts:remove-call:0000000000" };
     await Deno.writeTextFile(join(root, "eq.json"), JSON.stringify([justified, stale]));
-    const resumed = [...args, ...files, "--resume", "--equivalents", "eq.json"];
+    const resumed = [...RUN_ARGS, ...RUN_FILES, "--resume", "--equivalents", "eq.json"];
     lines.length = 0;
     assert.equal(await main(resumed, { root, log }), 1); // the stale entry
     assert.ok(!lines.some((line) => line.startsWith("[")), lines.join("\n"));
@@ -310,12 +313,10 @@ Deno.test("mutate_ops: --resume --survivors judges only the survivors again, onc
   const root = await fakeRepo();
   const lines: string[] = [];
   const log = (line: string) => lines.push(line);
-  const args = ["--modules", "src", "--operators", "boundary,remove-call"];
-  const files = ["--results", "out/results.jsonl", "--report", "out/survivors.md"];
   try {
-    assert.equal(await main([...args, ...files], { root, log }), 1);
+    assert.equal(await main([...RUN_ARGS, ...RUN_FILES], { root, log }), 1);
     // --survivors alone is refused: it has no verdicts to go back to.
-    assert.equal(await main([...args, ...files, "--survivors"], { root, log }), 2);
+    assert.equal(await main([...RUN_ARGS, ...RUN_FILES, "--survivors"], { root, log }), 2);
     assert.match(lines.at(-1)!, /^--survivors .* needs --resume/);
     // A test that watches console.debug kills the survivor.
     await Deno.writeTextFile(
@@ -333,7 +334,10 @@ Deno.test("mutate_ops: --resume --survivors judges only the survivors again, onc
       ].join("\n"),
     );
     lines.length = 0;
-    assert.equal(await main([...args, ...files, "--resume", "--survivors"], { root, log }), 0);
+    assert.equal(
+      await main([...RUN_ARGS, ...RUN_FILES, "--resume", "--survivors"], { root, log }),
+      0,
+    );
     const judged = lines.filter((line) => line.startsWith("["));
     assert.equal(judged.length, 1, lines.join("\n"));
     assert.match(judged[0], /^\[3\/3\] killed +src\/limit\.ts:7:3 {2}remove-call/);
